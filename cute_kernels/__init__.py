@@ -1,0 +1,1 @@
+"""CuTe DSL kernels for SM90 (Hopper) and their building blocks."""

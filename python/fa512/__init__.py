@@ -1,0 +1,27 @@
+"""fa512: head_dim-512 attention forward (Gemma-4 full-attention layers), FP8 KV cache on Hopper.
+
+``import fa512`` registers ``torch.ops.fa512.fwd``. Start with `fa512.attention` and `fa512.plan`.
+"""
+
+from . import op as _op  # noqa: F401  (registers torch.ops.fa512.fwd)
+from .api import DEFAULT_SOFTMAX_SCALE, attention, plan
+from .dispatch import Plan, Target
+from .errors import KernelUnavailableError
+from .reference import attention_ref, merge_partials
+from .validate import HEAD_DIM, KERNEL_NAMES, MAX_SPLITS
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_SOFTMAX_SCALE",
+    "HEAD_DIM",
+    "KERNEL_NAMES",
+    "KernelUnavailableError",
+    "MAX_SPLITS",
+    "Plan",
+    "Target",
+    "attention",
+    "attention_ref",
+    "merge_partials",
+    "plan",
+]

@@ -1,0 +1,172 @@
+"""The dispatch table: which kernel serves a call, with which config and split count, and why.
+
+One table (`ROUTES`) maps (target, kv dtype) to an ordered list of kernels for ``kernel="auto"``.
+An explicitly requested kernel is used as is or refused with the reason (`KernelUnavailableError`);
+it never falls back. ``auto`` takes the first kernel of its row that is built and supports the
+call, and the plan's reason names every kernel it passed over and why.
+
+`make_plan` is cached on its host-value arguments, so a warm call costs a dict lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from .backends import BACKENDS
+from .errors import KernelUnavailableError
+from .splits import plan_num_splits, workspace_bytes
+from .validate import Problem
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a call runs: CPU, or a CUDA device with its compute capability and SM count."""
+
+    device_type: str  # "cpu" | "cuda"
+    capability: Optional[tuple] = None  # (major, minor) for CUDA
+    num_sms: int = 1
+
+    @property
+    def is_sm90(self) -> bool:
+        return self.device_type == "cuda" and self.capability == (9, 0)
+
+    def describe(self) -> str:
+        if self.device_type != "cuda":
+            return self.device_type
+        return f"cuda sm_{self.capability[0]}{self.capability[1]} ({self.num_sms} SMs)"
+
+    @staticmethod
+    def parse(text: str) -> "Target":
+        """'cpu', 'sm_90', 'sm90:132', 'sm_120:188' (SM count after the colon; default 132)."""
+        text = text.strip().lower()
+        if text == "cpu":
+            return Target("cpu")
+        name, _, sms = text.partition(":")
+        digits = name.replace("sm_", "").replace("sm", "").rstrip("a")
+        if not digits.isdigit() or len(digits) < 2:
+            raise ValueError(f"fa512: target: got {text!r}, expected 'cpu' or 'sm_XY[:num_sms]' such as 'sm_90:132'")
+        return Target("cuda", (int(digits[:-1]), int(digits[-1])), int(sms) if sms else 132)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_target(index: int) -> Target:
+    props = torch.cuda.get_device_properties(index)
+    return Target("cuda", (props.major, props.minor), props.multi_processor_count)
+
+
+def target_of(device: torch.device) -> Target:
+    if device.type == "cuda":
+        return _cuda_target(device.index if device.index is not None else torch.cuda.current_device())
+    return Target(device.type)
+
+
+@dataclass(frozen=True)
+class Route:
+    label: str
+    matches: Callable[[Target, Problem], bool]
+    kernels: tuple  # preference order for kernel="auto"
+
+
+ROUTES = (
+    Route("SM90 + fp8 KV", lambda t, p: t.is_sm90 and p.kv_is_fp8, ("fp8_mma", "mma16", "triton")),
+    Route("SM90 + bf16/fp16 KV", lambda t, p: t.is_sm90, ("mma16", "triton")),
+    Route("other CUDA GPU", lambda t, p: t.device_type == "cuda", ("triton",)),
+    Route("CPU", lambda t, p: t.device_type == "cpu", ("reference",)),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision for one call shape: kernel, its frozen config, split count, workspace, why."""
+
+    kernel: str
+    config: Any
+    num_splits: int
+    workspace_bytes: int
+    reason: str
+    route: str
+    problem: Problem
+    target: Target
+
+    def describe(self) -> str:
+        lines = [
+            f"problem   : {self.problem.shape_str()}",
+            f"target    : {self.target.describe()}",
+            f"route     : {self.route}",
+            f"kernel    : {self.kernel}",
+            f"config    : {self.config}",
+            f"num_splits: {self.num_splits}",
+            f"workspace : {self.workspace_bytes} bytes",
+            f"why       : {self.reason}",
+        ]
+        return "\n".join(lines)
+
+
+def _route_for(target: Target, problem: Problem) -> Route:
+    for route in ROUTES:
+        if route.matches(target, problem):
+            return route
+    raise KernelUnavailableError(f"fa512: no kernel serves device {target.describe()}")
+
+
+def _refusal(name: str, problem: Problem, target: Target) -> Optional[str]:
+    backend = BACKENDS[name]
+    return backend.unavailable() or backend.unsupported(problem, target)
+
+
+@functools.lru_cache(maxsize=4096)
+def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits: int = 0) -> Plan:
+    """Decide kernel, config and split count from host values only (no tensor is read)."""
+    route = _route_for(target, problem)
+    if kernel == "auto":
+        skipped = []
+        for name in route.kernels:
+            why_not = _refusal(name, problem, target)
+            if why_not is None:
+                break
+            skipped.append(f"{name}: {why_not}")
+        else:
+            raise KernelUnavailableError(
+                f"fa512: no kernel can serve {problem.shape_str()} on {target.describe()}: " + "; ".join(skipped)
+            )
+        reason = f"auto on {route.label} -> {name}"
+        if skipped:
+            reason += " (passed over " + "; ".join(skipped) + ")"
+    else:
+        name = kernel
+        why_not = _refusal(name, problem, target)
+        if why_not is not None:
+            raise KernelUnavailableError(f"fa512: kernel={name!r} cannot serve this call: {why_not}")
+        reason = f"requested kernel={name!r}"
+
+    backend = BACKENDS[name]
+    config = backend.make_config(problem, target)
+    if num_splits > 0:
+        splits, split_reason = num_splits, "num_splits given by the caller"
+    elif not backend.splits_kv:
+        splits, split_reason = 1, f"{name} does not split KV"
+    else:
+        decision = plan_num_splits(
+            batch=problem.batch,
+            num_kv_heads=problem.num_kv_heads,
+            group_size=problem.group_size,
+            max_seqlen_q=problem.max_seqlen_q,
+            max_seqlen_k=problem.max_seqlen_k,
+            window_left=problem.window_left,
+            window_right=problem.window_right,
+            num_sms=target.num_sms,
+            block_m=config.block_m,
+            block_n=config.block_n,
+            kv_elem_bytes=problem.kv_dtype.itemsize,
+            ctas_per_sm=config.ctas_per_sm,
+        )
+        splits, split_reason = decision.num_splits, decision.reason
+    ws = backend.workspace_bytes(splits, problem) if backend.splits_kv else 0
+    return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target)
+
+
+__all__ = ["Plan", "Route", "ROUTES", "Target", "make_plan", "target_of", "workspace_bytes"]

@@ -1,0 +1,77 @@
+"""The torch custom op ``torch.ops.fa512.fwd``: validate -> plan -> launch.
+
+Schema (``out`` is written in place; only the lse is returned, as a fresh tensor)::
+
+    fa512::fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? page_table,
+               Tensor? cu_seqlens_k, Tensor cu_seqlens_q, SymInt max_seqlen_q,
+               Tensor seqused_k, SymInt max_seqlen_k, float softmax_scale, bool causal,
+               SymInt window_left, SymInt window_right, Tensor? q_descale,
+               Tensor? k_descale, Tensor? v_descale, SymInt num_splits, str kernel) -> Tensor
+
+The raw op needs every argument; `fa512.attention` fills defaults and allocates ``out``.
+The op is opaque to torch.compile (its fake only validates shapes and builds the lse), and its
+body does no host synchronisation on the kernel paths, so it can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .backends import BACKENDS
+from .dispatch import make_plan, target_of
+from .validate import debug_checks, debug_enabled, validate
+
+# Set by each eager call: which kernel served it and with how many splits. Tests read it to
+# prove which kernel actually ran; it is not part of the API.
+last_launch: dict = {}
+
+
+def fwd_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    page_table: Optional[torch.Tensor],
+    cu_seqlens_k: Optional[torch.Tensor],
+    cu_seqlens_q: torch.Tensor,
+    max_seqlen_q: int,
+    seqused_k: torch.Tensor,
+    max_seqlen_k: int,
+    softmax_scale: float,
+    causal: bool,
+    window_left: int,
+    window_right: int,
+    q_descale: Optional[torch.Tensor],
+    k_descale: Optional[torch.Tensor],
+    v_descale: Optional[torch.Tensor],
+    num_splits: int,
+    kernel: str,
+) -> torch.Tensor:
+    problem, args = validate(
+        q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+    )
+    if debug_enabled():
+        debug_checks(problem, args, max_seqlen_q, max_seqlen_k)
+    plan = make_plan(problem, target_of(q.device), kernel, num_splits)
+    last_launch.update(kernel=plan.kernel, num_splits=plan.num_splits, config=plan.config)
+    return BACKENDS[plan.kernel].launch(plan, args, out)
+
+
+# The registered op runs the same body. Eager `fa512.attention` calls `fwd_impl` directly:
+# the dispatcher adds overhead and would reject a bad scalar before validation could name it.
+fwd = torch.library.custom_op("fa512::fwd", fwd_impl, mutates_args=("out",))
+
+
+@fwd.register_fake
+def _fwd_fake(
+    q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+    softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+):
+    validate(
+        q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+    )
+    return q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)

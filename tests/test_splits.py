@@ -1,0 +1,76 @@
+"""Split planning: a deterministic pure function of host ints, bounded, sensible at the extremes."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fa512 import MAX_SPLITS
+from fa512.splits import fa3_num_splits, key_blocks, plan_num_splits, split_model, workspace_bytes
+
+
+def plan(**over):
+    a = dict(batch=4, num_kv_heads=4, group_size=8, max_seqlen_q=1, max_seqlen_k=32768, window_left=-1,
+             window_right=-1, num_sms=132, block_m=64, block_n=64, kv_elem_bytes=1)
+    a.update(over)
+    return plan_num_splits(**a)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batch=st.integers(1, 256), hkv=st.sampled_from([1, 2, 4, 8]), group=st.sampled_from([1, 2, 8]),
+    sq=st.integers(0, 9000), sk=st.integers(0, 200_000), wl=st.integers(-1, 5000),
+    sms=st.sampled_from([1, 84, 132, 188]), bn=st.sampled_from([32, 64, 128]),
+)
+def test_bounded_and_deterministic(batch, hkv, group, sq, sk, wl, sms, bn):
+    kw = dict(batch=batch, num_kv_heads=hkv, group_size=group, max_seqlen_q=sq, max_seqlen_k=sk,
+              window_left=wl, window_right=-1, num_sms=sms, block_n=bn)
+    d = plan(**kw)
+    assert 1 <= d.num_splits <= MAX_SPLITS
+    assert d.num_splits <= max(1, d.n_blocks)
+    assert plan(**kw) == d
+
+
+def test_prefill_is_never_split():
+    # 8192 causal prefill, Gemma-4 31B heads: 4 * 8192*8/64 m-blocks >> 132 SMs.
+    assert plan(batch=1, max_seqlen_q=8192, max_seqlen_k=8192).num_splits == 1
+    assert plan(batch=64, max_seqlen_k=8192).num_splits == 1  # B=64 decode fills 256 CTAs
+
+
+def test_long_decode_is_split():
+    d = plan(batch=4, max_seqlen_k=32768)
+    assert 4 <= d.num_splits <= 32, d
+    d1 = plan(batch=1, max_seqlen_k=32768)
+    assert d1.num_splits > d.num_splits  # fewer m-blocks -> more splits
+
+
+def test_short_context_is_not_split():
+    assert plan(batch=4, max_seqlen_k=128).num_splits <= 2
+
+
+def test_local_window_limits_the_work():
+    assert key_blocks(1, 100_000, 1023, 0, 64) == 17
+    full = plan(batch=1, max_seqlen_k=100_000)
+    local = plan(batch=1, max_seqlen_k=100_000, window_left=1023, window_right=0)
+    assert local.n_blocks < full.n_blocks and local.num_splits <= full.num_splits
+
+
+def test_workspace_sizes():
+    assert workspace_bytes(1, 100, 32) == 0
+    assert workspace_bytes(8, 4, 32) == 8 * 4 * 32 * 513 * 4
+
+
+@pytest.mark.parametrize("batch", [1, 2, 4, 8, 16, 64])
+@pytest.mark.parametrize("seqlen_k", [2048, 32768])
+def test_choice_is_within_5_percent_of_the_models_best(batch, seqlen_k):
+    # The chosen count must be (near) the argmin of the model over 1..cap, so it is never
+    # modelled worse than FA3's pick (capped); a broken search or tie rule fails this.
+    kw = dict(batch=batch, num_kv_heads=4, group_size=8, max_seqlen_q=1, max_seqlen_k=seqlen_k, window_left=-1,
+              window_right=-1, num_sms=132, block_m=64, block_n=64, kv_elem_bytes=1)
+    d = plan_num_splits(**kw)
+    model = split_model(**kw)
+    best = min(model.time(s) for s in range(1, MAX_SPLITS + 1))
+    assert model.time(d.num_splits) <= best * 1.05
+    fa3 = min(fa3_num_splits(d.mblocks, d.n_blocks, 132), MAX_SPLITS)
+    assert model.time(d.num_splits) <= model.time(fa3) * 1.05
+    # And it is the smallest such count.
+    assert all(model.time(s) > best * 1.05 for s in range(1, d.num_splits))
