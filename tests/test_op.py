@@ -85,19 +85,34 @@ def test_plan_reads_only_shapes():
     assert p.route == "other CUDA GPU"
 
 
-@pytest.mark.parametrize("kv_dtype,route", [(torch.float8_e4m3fn, "SM90 + fp8 KV"), (torch.float16, "SM90 + bf16/fp16 KV")])
-def test_sm90_route_names_missing_kernels(kv_dtype, route, monkeypatch):
-    # Until issues 4/5 land, auto on SM90 must say that it passed over the SM90 kernels.
-    from fa512 import backends
+@pytest.mark.parametrize(
+    "kv_dtype,seqlen_q,route,kernel",
+    [
+        (torch.float8_e4m3fn, 1, "SM90 + fp8 KV, decode-like", "triton"),
+        (torch.float8_e4m3fn, 512, "SM90 + fp8 KV", "mma16"),
+        (torch.float16, 1, "SM90 + bf16/fp16 KV", "mma16"),
+    ],
+)
+def test_sm90_routes(kv_dtype, seqlen_q, route, kernel):
+    # Until issue 5 lands, auto on SM90 + fp8 must say it passed over fp8_mma.
+    q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=kv_dtype, seed=15)
+    p = fa512.plan(q, k, v, **kw, target="sm_90:132")
+    assert (p.route, p.kernel) == (route, kernel)
+    if kv_dtype == torch.float8_e4m3fn:
+        assert "passed over fp8_mma" in p.reason
 
-    if backends.BACKENDS["triton"].unavailable() is not None:
-        with pytest.raises(fa512.KernelUnavailableError, match="not built yet"):
-            _plan(kv_dtype=kv_dtype, target="sm_90:132")
-        return
-    p = _plan(kv_dtype=kv_dtype, target="sm_90:132")
-    assert p.route == route
-    if p.kernel == "triton":
-        assert "mma16" in p.reason
+
+def test_sm90_unsupported_page_size_falls_to_triton_with_reason():
+    q, k, v, kw = make_problem([1, 1], [100, 200], hq=32, hkv=4, page_size=16, kv_dtype=torch.float16, seed=15)
+    p = fa512.plan(q, k, v, **kw, target="sm_90:132")
+    assert p.kernel == "triton" and "mma16:" in p.reason
+    with pytest.raises(fa512.KernelUnavailableError, match="kernel='mma16' cannot serve"):
+        fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16")
+
+
+def test_other_gpus_route_to_triton():
+    p = _plan(target="sm_120:188")
+    assert (p.route, p.kernel) == ("other CUDA GPU", "triton")
 
 
 def test_explicit_kernel_never_falls_back():

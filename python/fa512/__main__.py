@@ -12,6 +12,9 @@ import torch
 COMMANDS = {
     "plan": ("fa512.__main__", "print the dispatch decision for a shape (no GPU needed)"),
     "check": ("fa512.check", "run every kernel available here against the reference"),
+    "ab": ("fa512.tools.ab", "accuracy A/B of kernels and FP8 numeric designs vs float64"),
+    "bench": ("fa512.tools.bench", "benchmark against ceilings measured in the same run (GPU)"),
+    "compile": ("fa512.compile_cli", "compile every SM90 CuTe DSL variant (no GPU needed) and check its SASS"),
 }
 
 

@@ -44,6 +44,25 @@ def _default_seqused_k(k, page_table, cu_seqlens_k, seqused_k):
     return None  # validate() reports the missing/bad cu_seqlens_k
 
 
+def validate_call(
+    q, k, v, *, cu_seqlens_q, seqused_k=None, page_table=None, cu_seqlens_k=None, max_seqlen_q=None,
+    max_seqlen_k=None, softmax_scale=None, causal=False, window_left=-1, window_right=-1, q_descale=None,
+    k_descale=None, v_descale=None, out=None, num_splits=0, kernel="auto",
+):
+    """`fa512.attention`'s keyword arguments -> (Problem, FwdArgs), defaults filled, all checked.
+
+    Shared by `plan`, the reference and the emulations so they accept exactly what the op does.
+    """
+    seqused_k = _default_seqused_k(k, page_table, cu_seqlens_k, seqused_k)
+    max_seqlen_q, max_seqlen_k, softmax_scale = default_bounds(
+        q, k, page_table, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale
+    )
+    return validate(
+        q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+        softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+    )
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -156,13 +175,11 @@ def plan(
     device other than the tensors'. Returns a `Plan` (kernel, config, num_splits, workspace
     bytes, reason); ``print(plan.describe())`` shows it.
     """
-    seqused_k = _default_seqused_k(k, page_table, cu_seqlens_k, seqused_k)
-    max_seqlen_q, max_seqlen_k, softmax_scale = default_bounds(
-        q, k, page_table, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale
-    )
-    problem, _ = validate(
-        q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+    problem, _ = validate_call(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+        window_left=window_left, window_right=window_right, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, out=out, num_splits=num_splits, kernel=kernel,
     )
     if target is None:
         tgt = target_of(q.device)

@@ -1,42 +1,17 @@
-"""Backend adapters: the one interface every kernel presents to the dispatch table.
-
-A backend answers four questions: is it usable here at all (`unavailable`), can it serve this
-problem on this target (`unsupported`), which frozen config (`make_config`), and it launches
-(`launch`: writes ``out`` in place, returns lse (Hq, total_q) float32). Both answers are a
-reason string or None, so `fa512.plan` can say exactly why a kernel was passed over.
-"""
+"""The registry of kernels the dispatch table can name, and the small adapters for the
+reference and Triton kernels (the interface is `fa512.backend_base.Backend`; the SM90 CuTe DSL
+adapter lives in `fa512.cute_backend`)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
-from .splits import workspace_bytes
-from .validate import FwdArgs, Problem
-
-
-class Backend:
-    name: str = ""
-    splits_kv: bool = False  # whether auto split planning applies
-
-    def unavailable(self) -> Optional[str]:
-        return None
-
-    def unsupported(self, problem: Problem, target) -> Optional[str]:
-        return None
-
-    def make_config(self, problem: Problem, target):
-        raise NotImplementedError
-
-    def workspace_bytes(self, num_splits: int, problem: Problem) -> int:
-        return workspace_bytes(num_splits, problem.total_q, problem.num_q_heads)
-
-    def launch(self, plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+from .backend_base import Backend
+from .cute_backend import Mma16Backend
 
 
 @dataclass(frozen=True)
@@ -110,7 +85,7 @@ BACKENDS = {
     for b in (
         ReferenceBackend(),
         TritonBackend(),
-        NotBuiltBackend("mma16", "the SM90 16-bit-MMA kernel is not built yet (issue 4)"),
+        Mma16Backend(),
         NotBuiltBackend("fp8_mma", "the SM90 FP8-MMA kernel is not built yet (issue 5)"),
     )
 }

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .validate import FwdArgs, Problem, validate
+from .validate import FwdArgs, Problem
 
 # Logit elements materialised per chunk (x8 bytes in float64): 2**26 -> 512 MB peak per chunk.
 _CHUNK_ELEMS = 1 << 26
@@ -174,7 +174,7 @@ def attention_ref(
     v: torch.Tensor,
     *,
     cu_seqlens_q: torch.Tensor,
-    seqused_k: torch.Tensor,
+    seqused_k: Optional[torch.Tensor] = None,
     page_table: Optional[torch.Tensor] = None,
     cu_seqlens_k: Optional[torch.Tensor] = None,
     max_seqlen_q: Optional[int] = None,
@@ -194,13 +194,12 @@ def attention_ref(
 
     Feed it the same K/V values a kernel reads (fp8 caches are upcast exactly) and compare.
     """
-    from .api import default_bounds
+    from .api import validate_call
 
-    max_seqlen_q, max_seqlen_k, softmax_scale = default_bounds(
-        q, k, page_table, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale
-    )
-    problem, args = validate(
-        q, k, v, None, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
-        softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, 0, "reference",
+    problem, args = validate_call(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+        window_left=window_left, window_right=window_right, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, kernel="reference",
     )
     return reference_forward(problem, args, compute_dtype, num_splits, split_block_n)

@@ -19,7 +19,7 @@ fa512 instead minimises a small time model over ``s = 1 .. min(MAX_SPLITS, key b
     ctas(s)      = mblocks * s                       (mblocks = B * Hkv * ceil(q_rows / block_m))
     waves(s)     = ceil(ctas(s) / slots)             (slots  = SMs * ctas_per_sm)
     cta_bytes(s) = q_tile + ceil(n_blocks / s) * kv_block + [s > 1] * partial
-    cta_bw(s)    = min(PER_CTA_BW_SHARE * bw / slots, bw / min(ctas(s), slots))
+    cta_bw(s)    = min(cta_bw_share * bw / slots, bw / min(ctas(s), slots))
     time(s)      = waves(s) * cta_bytes(s) / cta_bw(s)
                  + [s > 1] * (COMBINE_LAUNCH_S + (ctas(s) * partial + out_bytes) / bw)
 
@@ -40,7 +40,9 @@ from dataclasses import dataclass
 from .validate import HEAD_DIM, MAX_SPLITS
 
 DEVICE_BW = 4.3e12  # bytes/s, H200 device-to-device copy (read + write), 2026-10-28
-PER_CTA_BW_SHARE = 1.5  # one CTA streams at most this many times its fair share (a lead: calibrate on GPU)
+# Default for a kernel that does not say: one CTA streams at most this many times its fair
+# share. Backends pass their own measured value (config field `cta_bw_share`).
+PER_CTA_BW_SHARE = 1.5
 COMBINE_LAUNCH_S = 3e-6  # fixed cost of the extra combine launch
 NEAR_BEST = 1.05
 
@@ -78,12 +80,13 @@ class SplitModel:
     kv_block: int
     partial: int
     out_bytes: int
+    cta_bw_share: float = PER_CTA_BW_SHARE
 
     def time(self, s: int) -> float:
         ctas = self.mblocks * s
         waves = -(-ctas // self.slots)
         cta_bytes = self.q_tile + -(-self.n_blocks // s) * self.kv_block + (self.partial if s > 1 else 0)
-        cta_bw = min(PER_CTA_BW_SHARE * DEVICE_BW / self.slots, DEVICE_BW / min(ctas, self.slots))
+        cta_bw = min(self.cta_bw_share * DEVICE_BW / self.slots, DEVICE_BW / min(ctas, self.slots))
         t = waves * cta_bytes / cta_bw
         if s > 1:
             t += COMBINE_LAUNCH_S + (ctas * self.partial + self.out_bytes) / DEVICE_BW
@@ -104,6 +107,7 @@ def plan_num_splits(
     block_n: int,
     kv_elem_bytes: int,
     ctas_per_sm: int = 1,
+    cta_bw_share: float = PER_CTA_BW_SHARE,
     max_splits: int = MAX_SPLITS,
 ) -> SplitDecision:
     """Pick num_splits >= 1 for one launch. Every argument is a host int (see module docstring)."""
@@ -111,6 +115,7 @@ def plan_num_splits(
         batch=batch, num_kv_heads=num_kv_heads, group_size=group_size, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, window_left=window_left, window_right=window_right, num_sms=num_sms,
         block_m=block_m, block_n=block_n, kv_elem_bytes=kv_elem_bytes, ctas_per_sm=ctas_per_sm,
+        cta_bw_share=cta_bw_share,
     )
     if max_seqlen_k == 0 or max_seqlen_q * group_size == 0:
         return SplitDecision(1, model.n_blocks, model.mblocks, "no keys or no queries: nothing to split")
@@ -127,7 +132,7 @@ def plan_num_splits(
 
 def split_model(
     *, batch, num_kv_heads, group_size, max_seqlen_q, max_seqlen_k, window_left, window_right, num_sms,
-    block_m, block_n, kv_elem_bytes, ctas_per_sm=1,
+    block_m, block_n, kv_elem_bytes, ctas_per_sm=1, cta_bw_share=PER_CTA_BW_SHARE,
 ) -> SplitModel:
     q_rows = max_seqlen_q * group_size  # GQA packing puts a kv head's query heads in one M tile
     rows_per_mblock = max(1, min(block_m, q_rows))
@@ -140,6 +145,7 @@ def split_model(
         kv_block=2 * block_n * HEAD_DIM * kv_elem_bytes,
         partial=rows_per_mblock * HEAD_DIM * 4,
         out_bytes=mblocks * rows_per_mblock * HEAD_DIM * 2,
+        cta_bw_share=cta_bw_share,
     )
 
 

@@ -1,0 +1,390 @@
+"""Compile-time configuration of the SM90 d512 forward (`Sm90FwdConfig`) and its smem budget.
+
+Pure Python (no cutlass import): the dispatch table, the compile cache and the CLI read it on
+machines without the DSL. Every field is a compile-time choice; everything that varies per
+call (sequence lengths, page table, window sizes, softmax scale, split count, descale values)
+is a run-time argument of the compiled kernel, so one variant serves every shape of its kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+HEAD_DIM = 512
+TILE_M = 64  # one warpgroup MMA row block; the O accumulator budget fixes it (see docs/sm90_kernel.md)
+SPLIT_BLOCK = 64  # split-KV ranges are whole 64-key blocks (fa512.reference.split_key_ranges)
+SMEM_LIMIT = 232_448  # max dynamic smem per CTA on SM90 (227 KB)
+SMEM_ALIGN = 1024  # swizzled (128 B) buffers are 1 KB aligned
+STATIC_SMEM = 1024  # static .nv.shared section the DSL emits before the 1 KB aligned dynamic smem
+NUM_THREADS = 384  # 1 producer + 2 consumer warpgroups
+REGISTER_FILE = 65536  # 32-bit registers per SM
+# setmaxnreg moves registers inside the *CTA's* pool, which holds what the launch allocated:
+# launch registers per thread (a multiple of 8, at most 65536 / 384 -> 168) x 384 threads =
+# 64512, not 65536. A budget above the pool makes `setmaxnreg.inc` (SASS USETMAXREG.TRY_ALLOC in a
+# retry loop) wait forever: the mma16 kernel hung that way on an H200 with 32 + 2 x 240 = 512 x 128
+# = 65536 (2026-11-29). 40 + 2 x 232 = 504 x 128 = 64512 fills the pool exactly.
+LAUNCH_REGS = (REGISTER_FILE // NUM_THREADS) // 8 * 8  # 168
+REGISTER_POOL = LAUNCH_REGS * NUM_THREADS  # 64512
+STAGES = ("launch", "setup", "load", "qk", "full")  # diagnostic kernel stages, see Sm90FwdConfig.stage
+# ``trace`` heartbeat: CTA (0, 0, 0) lane 0 of warp w writes (event code, a, b) to words
+# [3w, 3w + 3) of a host-mapped int32 buffer (code = index + 1 in TRACE_EVENTS); every warp of
+# every CTA adds 1 to word TRACE_EXIT_WORD when it leaves the kernel. The host reads it while a
+# hung kernel spins (profiles/gpu_mma16_smoke.py --diag --trace decodes it).
+TRACE_EVENTS = (
+    "start",
+    "mbarriers initialised, CTA barrier passed",
+    "producer setmaxnreg.dec done",
+    "consumer setmaxnreg.inc done",
+    "producer tile: n_min, n_max",
+    "producer Q issued",
+    "producer K issued: block, stage",
+    "producer V issued: block, stage",
+    "producer done",
+    "consumer tile: n_min, n_max",
+    "consumer Q ready",
+    "consumer K ready: block, stage",
+    "consumer K released: block, stage",
+    "consumer S exchanged: block",
+    "consumer V ready: block, stage",
+    "consumer V released: block, stage",
+    "consumer Q released, epilogue next",
+    "consumer done",
+)
+TRACE_WORDS = 3 * (NUM_THREADS // 32)  # 36 words of per-warp state
+TRACE_EXIT_WORD = TRACE_WORDS  # warps that left the kernel, all CTAs
+TRACE_BUFFER_WORDS = TRACE_WORDS + 4
+
+
+def decode_trace(words) -> list:
+    """Readable lines from a trace heartbeat buffer (a list of ints)."""
+    out = []
+    for w in range(NUM_THREADS // 32):
+        code, a, b = words[3 * w: 3 * w + 3]
+        what = TRACE_EVENTS[code - 1] if 1 <= code <= len(TRACE_EVENTS) else ("-" if code == 0 else f"?{code}")
+        out.append(f"CTA(0,0,0) warp {w:2d} (WG{w // 4}): last event '{what}' ({a}, {b})")
+    out.append(f"warps that left the kernel (all CTAs): {words[TRACE_EXIT_WORD]}")
+    return out
+
+MMA_PATHS = ("bf16", "f16", "fp8_dequant")
+MASKS = ("none", "causal", "local")
+KV_LAYOUTS = ("packed", "paged")
+QK_MODES = ("split_d", "duplicate")
+DTYPES = ("bf16", "f16")
+DESCALE_NAMES = ("q", "k", "v")
+
+
+def _dtype_bytes(name: str) -> int:
+    return {"bf16": 2, "f16": 2, "fp8_e4m3": 1, "f32": 4}[name]
+
+
+@dataclass(frozen=True)
+class Sm90FwdConfig:
+    """One compiled variant of the SM90 d512 forward.
+
+    Fields
+    ------
+    mma_path : "bf16" | "f16" | "fp8_dequant"
+        How K/V reach the 16-bit warpgroup MMA. "bf16"/"f16": K/V in that dtype, TMA'd straight
+        into the MMA operand buffers. "fp8_dequant": e4m3 K/V TMA'd into a staging buffer and
+        converted to f16 by the consumer warpgroups (the dequant control of the A/B).
+    q_dtype : "bf16" | "f16"
+        Q and O dtype. Equal to the mma dtype for 16-bit KV; either for fp8_dequant.
+    tile_n : 32 | 64
+        Keys per K/V block.
+    kv_stages : int
+        Ring depth of the K and of the V smem pipelines.
+    mask : "none" | "causal" | "local"
+        "none" still masks keys past seqused_k; "local" takes window sizes at run time.
+    kv_layout : "packed" | "paged"
+    page_size : int
+        Paged only; a multiple of tile_n (one TMA box per block at the page's row offset).
+    qhead_per_kvhead : int
+        GQA group size G packed into the M tile (1 = no packing: one q head per tile).
+    split : bool
+        Write fp32 partial (O, lse) per split (the split count is a run-time argument).
+    descale : (bool, bool, bool)
+        Whether q/k/v descale tensors are passed ((B, Hkv) float32 views, any strides).
+    qk_mode : "split_d" | "duplicate"
+        "split_d": each consumer warpgroup computes Q·K^T over its own half of d and the two
+        fp32 partial S tiles are summed through smem (no duplicated MMA work).
+        "duplicate": both warpgroups compute the full Q·K^T (the vLLM fork's layout, 1.5x MMA),
+        kept as the A/B control.
+    producer_regs, consumer_regs : int
+        setmaxnreg budgets; (producer + 2 x consumer) x 128 must fit the CTA register pool
+        (`REGISTER_POOL` = 168 x 384 = 64512), or the consumers' setmaxnreg.inc never returns.
+    stage : "launch" | "setup" | "load" | "qk" | "full"
+        Diagnostic cut of the kernel (the GPU smoke script's ``--diag`` runs them in order):
+        "launch" returns at once (tvm-ffi launch path only); "setup" adds smem, mbarrier init,
+        the CTA barrier and setmaxnreg; "load" adds the producer's TMA and the consumers'
+        wait/release of every Q/K/V stage (plus the fp8 conversions), no MMA; "qk" adds the QK
+        wgmma, the split-d S exchange, masks and softmax (no PV); "full" is the kernel.
+        Every stage below "full" writes garbage or zeros to O/lse.
+    trace : bool
+        Per-warp progress of CTA (0, 0, 0) (barrier init, setmaxnreg, every issue / wait /
+        release): a heartbeat in host-mapped memory at the kernel argument ``trace_addr``
+        (readable while a kernel hangs, `decode_trace`) and printf from warps 0, 4, 8 (flushed
+        only when the kernel completes). Debug only: slow, printf buffers in local memory.
+    """
+
+    mma_path: str = "bf16"
+    q_dtype: str = "bf16"
+    tile_n: int = 64
+    kv_stages: int = 1
+    mask: str = "none"
+    kv_layout: str = "packed"
+    page_size: int = 0
+    qhead_per_kvhead: int = 1
+    split: bool = False
+    descale: tuple = (False, False, False)
+    qk_mode: str = "split_d"
+    # (40 + 2 x 232) x 128 = 64512 = the CTA pool (168 x 384). 24 / 240 (NVIDIA's Hopper FMHA, FA3)
+    # fills it too, but the tile_n=32 producer spills at 24; 232 compiles every consumer without spills.
+    producer_regs: int = 40
+    consumer_regs: int = 232
+    stage: str = "full"
+    trace: bool = False
+
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def tile_m(self) -> int:
+        return TILE_M
+
+    @property
+    def head_dim(self) -> int:
+        return HEAD_DIM
+
+    @property
+    def block_m(self) -> int:  # dispatch/splits vocabulary
+        return TILE_M
+
+    @property
+    def block_n(self) -> int:
+        return self.tile_n
+
+    @property
+    def ctas_per_sm(self) -> int:
+        return 1
+
+    @property
+    def compute_dtype(self) -> str:
+        return "f16" if self.mma_path == "fp8_dequant" else self.mma_path
+
+    @property
+    def kv_dtype(self) -> str:
+        return "fp8_e4m3" if self.mma_path == "fp8_dequant" else self.mma_path
+
+    @property
+    def out_dtype(self) -> str:
+        """dtype the kernel writes: fp32 partials with splits, else q_dtype."""
+        return "f32" if self.split else self.q_dtype
+
+    @property
+    def is_paged(self) -> bool:
+        return self.kv_layout == "paged"
+
+    def key(self) -> str:
+        """Stable text key naming every compile-time choice (cache file names, logs)."""
+        parts = [
+            "sm90fwd",
+            self.mma_path,
+            f"q{self.q_dtype}",
+            f"n{self.tile_n}",
+            f"s{self.kv_stages}",
+            self.mask,
+            f"paged{self.page_size}" if self.is_paged else "packed",
+            f"g{self.qhead_per_kvhead}",
+            "split" if self.split else "nosplit",
+            "dsc" + "".join("1" if d else "0" for d in self.descale),
+            self.qk_mode,
+            f"r{self.producer_regs}-{self.consumer_regs}",
+        ]
+        if self.stage != "full":
+            parts.append(f"stage_{self.stage}")
+        if self.trace:
+            parts.append("trace")
+        return "-".join(parts)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["descale"] = list(self.descale)
+        return d
+
+    def with_(self, **changes) -> "Sm90FwdConfig":
+        return replace(self, **changes)
+
+    # -- resources -----------------------------------------------------------------------
+    def smem_plan(self) -> dict:
+        """name -> bytes of every smem buffer, in SharedStorage order (mbarriers first, then
+        1 KB aligned buffers; buffers a variant does not use are absent)."""
+        e = _dtype_bytes(self.compute_dtype)
+        staged = self.mma_path == "fp8_dequant"
+        mma_stages = 1 if staged else self.kv_stages  # dequant: one f16 operand buffer each
+        kv = self.tile_n * HEAD_DIM
+        plan = {
+            "barriers": 8 * (2 + 4 * self.kv_stages),  # Q, K and V full+empty, 8 B each
+            "sQ": TILE_M * HEAD_DIM * e,
+            "sK": mma_stages * kv * e,
+            "sV": mma_stages * kv * e,
+        }
+        if self.qk_mode == "split_d":
+            plan["sX"] = 2 * TILE_M * self.tile_n * 4  # fp32 partial S, one tile per consumer WG
+        if staged:
+            plan["sKs"] = self.kv_stages * kv  # e4m3 staging rings
+            plan["sVs"] = self.kv_stages * kv
+        return plan
+
+    def smem_bytes(self) -> int:
+        """Dynamic smem the kernel allocates plus the 1 KB static section the DSL emits.
+
+        Mirrors FlashFwdSm90's SharedStorage: fields in `smem_plan` order, buffers 1 KB aligned,
+        the struct padded to its 1 KB alignment; the static `.nv.shared` section (1 KB, read off
+        the cubin) precedes the dynamic allocation.
+        """
+        total = 0
+        for name, nbytes in self.smem_plan().items():
+            align = 8 if name == "barriers" else SMEM_ALIGN
+            total = -(-total // align) * align + nbytes
+        return STATIC_SMEM + -(-total // SMEM_ALIGN) * SMEM_ALIGN
+
+    # -- validity ------------------------------------------------------------------------
+    def can_implement(self) -> tuple[bool, str]:
+        """(ok, reason): whether this variant can be built; the reason names the first problem."""
+        if self.mma_path not in MMA_PATHS:
+            return False, f"mma_path {self.mma_path!r} not in {MMA_PATHS}"
+        if self.q_dtype not in DTYPES:
+            return False, f"q_dtype {self.q_dtype!r} not in {DTYPES}"
+        if self.mma_path != "fp8_dequant" and self.q_dtype != self.mma_path:
+            return False, f"16-bit KV needs q_dtype == mma dtype, got q {self.q_dtype} with {self.mma_path}"
+        if self.tile_n not in (32, 64):
+            return False, f"tile_n {self.tile_n} not in (32, 64)"
+        if self.kv_stages < 1:
+            return False, f"kv_stages {self.kv_stages} < 1"
+        if self.mask not in MASKS:
+            return False, f"mask {self.mask!r} not in {MASKS}"
+        if self.kv_layout not in KV_LAYOUTS:
+            return False, f"kv_layout {self.kv_layout!r} not in {KV_LAYOUTS}"
+        if self.is_paged:
+            if self.page_size <= 0 or self.page_size % self.tile_n:
+                return False, (
+                    f"paged KV needs page_size a multiple of tile_n={self.tile_n} "
+                    f"(one TMA box per block), got {self.page_size}"
+                )
+        elif self.page_size:
+            return False, "page_size must be 0 for packed KV"
+        g = self.qhead_per_kvhead
+        if g < 1 or TILE_M % g:
+            return False, f"qhead_per_kvhead {g} must divide tile_m={TILE_M} to pack GQA into the M tile"
+        if len(self.descale) != 3:
+            return False, "descale must be a (q, k, v) triple of bools"
+        if self.qk_mode not in QK_MODES:
+            return False, f"qk_mode {self.qk_mode!r} not in {QK_MODES}"
+        if self.mma_path == "fp8_dequant" and self.qk_mode != "split_d":
+            return False, "fp8_dequant converts each warpgroup's own d half: it needs qk_mode='split_d'"
+        for regs in (self.producer_regs, self.consumer_regs):
+            if regs % 8 or not 24 <= regs <= 256:
+                return False, f"setmaxnreg counts are multiples of 8 in 24..256, got {regs}"
+        if (self.producer_regs + 2 * self.consumer_regs) * 128 > REGISTER_POOL:
+            return False, (
+                f"register file: (producer {self.producer_regs} + 2 x consumer {self.consumer_regs}) x 128 "
+                f"threads exceeds the CTA register pool {REGISTER_POOL} ({LAUNCH_REGS} launch registers x "
+                f"{NUM_THREADS} threads): setmaxnreg.inc would wait forever"
+            )
+        if self.stage not in STAGES:
+            return False, f"stage {self.stage!r} not in {STAGES}"
+        smem = self.smem_bytes()
+        if smem > SMEM_LIMIT:
+            return False, f"shared memory {smem} B exceeds {SMEM_LIMIT} B ({self.smem_plan()})"
+        return True, ""
+
+
+def default_config(
+    *,
+    kv_dtype: str,
+    q_dtype: str,
+    mask: str,
+    paged: bool,
+    page_size: int = 0,
+    group: int = 1,
+    split: bool = False,
+    descale: tuple = (False, False, False),
+) -> Sm90FwdConfig:
+    """The variant the dispatch table should use for a problem of this kind.
+
+    tile_n=64 with one K and one V stage (Q 64 KB + K 64 KB + V 64 KB + two fp32 partial-S
+    tiles 32 KB = 224 KB) is the default; tile_n=32 with two stages is the alternative the
+    GPU profile compares (see docs/sm90_kernel.md). fp8 KV always uses the dequant path.
+    """
+    mma_path = "fp8_dequant" if kv_dtype == "fp8_e4m3" else kv_dtype
+    pack = group if TILE_M % group == 0 else 1
+    tile_n, stages = 64, 1
+    if mma_path == "fp8_dequant":
+        # Q 64 + K/V f16 2 x 32 + X 16 + e4m3 staging 2 x 2 x 16 KB = 208 KB
+        tile_n, stages = 32, 2
+    elif paged and page_size % tile_n and page_size % 32 == 0:
+        tile_n, stages = 32, 2
+    return Sm90FwdConfig(
+        mma_path=mma_path,
+        q_dtype=q_dtype,
+        tile_n=tile_n,
+        kv_stages=stages,
+        mask=mask,
+        kv_layout="paged" if paged else "packed",
+        page_size=page_size if paged else 0,
+        qhead_per_kvhead=pack,
+        split=split,
+        descale=tuple(descale),
+    )
+
+
+__all__ = ["Sm90FwdConfig", "default_config", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+           "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
+
+
+def variant_list(full: bool = True) -> list:
+    """Every variant `python -m fa512 compile` builds (and the dispatch table may select).
+
+    Gemma-4 packs G = Hq/Hkv = 8 query heads per M tile; G=1 covers other group sizes. The
+    A/B alternatives (tile_n=32 with two stages, the fork's duplicated-QK layout) are built
+    for one row so CI keeps them compiling. ``full=False`` gives the short list the CPU tests use.
+    """
+    out = []
+    for dtype in DTYPES:
+        for mask in MASKS:
+            for paged in (False, True):
+                for split in (False, True):
+                    out.append(
+                        Sm90FwdConfig(
+                            mma_path=dtype, q_dtype=dtype, mask=mask,
+                            kv_layout="paged" if paged else "packed", page_size=64 if paged else 0,
+                            qhead_per_kvhead=8, split=split,
+                        )
+                    )
+    for q_dtype in DTYPES:
+        for mask in MASKS:
+            for split in (False, True):
+                out.append(
+                    Sm90FwdConfig(
+                        mma_path="fp8_dequant", q_dtype=q_dtype, tile_n=32, kv_stages=2, mask=mask,
+                        kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=split,
+                        descale=(True, True, True),
+                    )
+                )
+    base = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8)
+    extras = [
+        base.with_(qhead_per_kvhead=1),
+        base.with_(tile_n=32, kv_stages=2),
+        base.with_(tile_n=32, kv_stages=2, kv_layout="paged", page_size=32),
+        base.with_(qk_mode="duplicate"),
+        base.with_(descale=(True, True, True), split=True, kv_layout="paged", page_size=128),
+    ]
+    if not full:
+        return [
+            Sm90FwdConfig(mask="causal", qhead_per_kvhead=8),
+            Sm90FwdConfig(mma_path="f16", q_dtype="f16", mask="local", kv_layout="paged", page_size=64,
+                          qhead_per_kvhead=8, split=True, descale=(True, True, True)),
+            base.with_(tile_n=32, kv_stages=2, qhead_per_kvhead=1),
+            Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=2, mask="causal",
+                          kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True,
+                          descale=(True, True, True)),
+        ]
+    return out + extras

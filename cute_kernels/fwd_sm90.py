@@ -1,0 +1,732 @@
+"""SM90 (Hopper) warp-specialised attention forward for head_dim 512, 16-bit warpgroup MMA.
+
+Features: packed varlen or paged K/V (TMA, page_size a multiple of tile_n), varlen queries,
+GQA packing of a kv head's query heads into the M tile, causal / local (bottom-right) masks with
+only boundary blocks masked, lse output, per-(batch, kv head) descales, split-KV fp32 partials.
+See docs/sm90_kernel.md for the design and `FlashFwdSm90` for roles, budgets and pipelines.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Optional
+
+import cuda.bindings.driver as cuda
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass import BFloat16, Float16, Float32, Int32, Int64, const_expr, pipeline
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
+
+from . import pipeline_checks
+from .config import HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
+from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
+from .mask import TileMask
+from .mma_paths import BAR_WG_LOCAL, make_mma_path
+from .paged_kv import KVBlockTiles, kv_tma_view
+from .softmax import LOG2_E, OnlineSoftmax
+
+# Named barriers (id 0 is __syncthreads).
+BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
+BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arrive + 128 sync)
+
+_DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
+
+
+class FlashFwdSm90:
+    """d512 attention forward, one 64-row query tile per CTA, 3 warpgroups (384 threads).
+
+    Roles
+    -----
+    WG0, warp 0 : producer. Issues TMA for Q (once) and K/V blocks into smem rings; `setmaxnreg`
+                  down to ``cfg.producer_regs`` (40). Warps 1-3 only rebalance registers and exit.
+                  (40 + 2 x 232) x 128 = 64512 = the CTA's register pool (168 launch registers x
+                  384 threads); a larger total makes the consumers' setmaxnreg.inc wait forever.
+    WG1, WG2    : consumers, `setmaxnreg` up to ``cfg.consumer_regs`` (232). WG w owns output
+                  columns d[256w, 256w+256): acc_O is 64x256 fp32 = 128 registers per thread.
+
+    QK^T without duplicated MMA work (``qk_mode="split_d"``)
+        WG w computes the partial logits S_w = Q[:, dw] K[:, dw]^T over its own half dw of the
+        head dimension (64 x tile_n, K = 256), writes the fp32 fragment to its smem buffer X[w],
+        and adds the other warpgroup's X[1-w]. fp32 addition is commutative, so both warpgroups
+        hold bit-identical S and run identical softmax. Per block the tensor cores execute
+        QK 64*n*512 + PV 64*n*512 MACs: the useful work (the vLLM fork's layout repeats QK in
+        both warpgroups: 1.5x). ``qk_mode="duplicate"`` keeps the fork's layout as the A/B control.
+
+    Pipelines (producer -> consumer, stages, arrivals)
+    --------------------------------------------------
+    Q : TMA warp -> 8 consumer warps, 1 stage, tx = 64*512*2 B (one tile per CTA).
+    K : TMA warp -> 8 consumer warps, ``kv_stages``, tx = tile_n*512*2 B; released after QK.
+    V : TMA warp -> 8 consumer warps, ``kv_stages``, tx = tile_n*512*2 B; released after PV.
+    Producer order: Q, K[hi], then per step K[n], V[n+1], finally V[lo] (blocks high -> low).
+    Both roles derive the block range from `TileMask.block_range` with the same inputs.
+
+    Named barriers (split_d): S_READY (id 1, 256 threads) after both partial S tiles are in smem;
+    X_FREE[w] (id 2+w, WG 1-w arrives after reading X[w], WG w syncs before rewriting it).
+
+    Consumer timeline for block n (intra-warpgroup overlap):
+        wait K[n] -> issue QK(n) -> O *= corr(n+1) -> wait V[n+1] -> issue PV(n+1) with P regs
+        -> wait QK -> release K[n] -> exchange S halves -> mask (boundary blocks only)
+        -> online softmax -> wait PV -> release V[n+1] -> P(n) = bf16(S) in A registers.
+
+    MMA path (strategy object, `mma_paths`): bf16/f16 K/V are MMA'd in their TMA stages;
+    fp8 e4m3 K/V are TMA'd into staging rings and each consumer warpgroup converts its own d half
+    into f16 operand buffers (WG-local barrier 4+w), the dequant control of the FP8 A/B.
+
+    Diagnostics: ``cfg.stage`` cuts the kernel after the launch / setup (mbarrier init, CTA
+    barrier, setmaxnreg) / loads (pipelines without MMA) / QK (no PV); ``cfg.trace`` printfs
+    per-role progress of CTA (0, 0, 0). See `Sm90FwdConfig` and profiles/gpu_mma16_smoke.py --diag.
+
+    Registers (consumer, per thread): O 128 + S tile_n/2 + P tile_n/4 + stats ~8 + addressing.
+    Shared memory (tile_n=64, 1 stage): Q 64 KB + K 64 KB + V 64 KB + X 2x16 KB = 224 KB
+    (+ barriers, + 1 KB static: 231424 B of 232448). Dequant (tile_n=32): Q 64 + K 32 + V 32
+    + X 16 + e4m3 staging 2 x 2 x 16 KB = 208 KB.
+    """
+
+    num_threads = 384
+    num_consumer_wgs = 2
+
+    def __init__(self, config: Sm90FwdConfig):
+        ok, why = config.can_implement()
+        if not ok:
+            raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
+        self.cfg = config
+        self.path = make_mma_path(config.mma_path, config.q_dtype)
+        self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
+        self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
+        self.tile_m = config.tile_m
+        self.tile_n = config.tile_n
+        self.head_dim = HEAD_DIM
+        self.half_d = HEAD_DIM // 2
+        self.split_d = config.qk_mode == "split_d"
+        self.qk_k = self.half_d if self.split_d else HEAD_DIM
+        self.stages = config.kv_stages
+        self.group = config.qhead_per_kvhead
+        self.is_split = config.split
+        self.paged = config.is_paged
+        pipeline_checks.check_register_split(
+            config.producer_regs, config.consumer_regs, self.num_consumer_wgs, self.num_threads
+        )
+        pipeline_checks.check_named_barriers(
+            {"S_READY": BAR_S_READY, "X_FREE0": BAR_X_FREE, "X_FREE1": BAR_X_FREE + 1,
+             "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1},
+            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128},
+        )
+        pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
+        self.stage = config.stage
+
+    def _runs(self, stage: str) -> bool:
+        """Whether the diagnostic cut ``cfg.stage`` includes ``stage`` (compile-time)."""
+        return STAGES.index(self.stage) >= STAGES.index(stage)
+
+    # ------------------------------------------------------------------------------------
+    # host side
+    # ------------------------------------------------------------------------------------
+    def _smem_layouts(self):
+        """(sQ, sKV operand stages, sStage e4m3 staging or None); all K-major, 128 B swizzle."""
+        atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.dtype)
+        sQ = cute.tile_to_shape(atom, (self.tile_m, self.head_dim), order=(0, 1))
+        mma_stages = self.path.mma_stages(self.stages)
+        sKV = cute.tile_to_shape(atom, (self.tile_n, self.head_dim, mma_stages), order=(0, 1, 2))
+        sStage = None
+        if self.path.needs_staging:
+            atom8 = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.path.kv_gmem_dtype)
+            sStage = cute.tile_to_shape(atom8, (self.tile_n, self.head_dim, self.stages), order=(0, 1, 2))
+        return sQ, sKV, sStage
+
+    def _tiled_mmas(self):
+        tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.K,
+            Float32,
+            atom_layout_mnk=(1, 1, 1),
+            tiler_mn=(self.tile_m, self.tile_n),
+        )
+        tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
+            self.dtype,
+            self.dtype,
+            cute.nvgpu.OperandMajorMode.K,
+            cute.nvgpu.OperandMajorMode.MN,
+            Float32,
+            atom_layout_mnk=(1, 1, 1),
+            tiler_mn=(self.tile_m, self.half_d),
+            a_source=warpgroup.OperandSource.RMEM,
+        )
+        return tiled_mma_qk, tiled_mma_pv
+
+    def _packed_rows_view(self, t: cute.Tensor) -> cute.Tensor:
+        """(total_q, Hq, d, *rest) -> ((G, total_q), d, Hq/G, *rest).
+
+        Row p of an M tile is (q head p % G of the tile's group, query p // G); ``rest`` is the
+        split mode of the partial outputs.
+        """
+        g = self.group
+        rest = [i for i in range(3, cute.rank(t))]
+        return cute.make_tensor(
+            t.iterator,
+            cute.make_layout(
+                ((g, t.shape[0]), t.shape[2], t.shape[1] // g, *[t.shape[i] for i in rest]),
+                stride=((t.stride[1], t.stride[0]), t.stride[2], t.stride[1] * g, *[t.stride[i] for i in rest]),
+            ),
+        )
+
+    def _packed_lse_view(self, t: cute.Tensor) -> cute.Tensor:
+        """(Hq, total_q, *rest) -> ((G, total_q), Hq/G, *rest)."""
+        g = self.group
+        rest = [i for i in range(2, cute.rank(t))]
+        return cute.make_tensor(
+            t.iterator,
+            cute.make_layout(
+                ((g, t.shape[1]), t.shape[0] // g, *[t.shape[i] for i in rest]),
+                stride=((t.stride[0], t.stride[1]), t.stride[0] * g, *[t.stride[i] for i in rest]),
+            ),
+        )
+
+    @cute.jit
+    def __call__(
+        self,
+        mQ: cute.Tensor,  # (total_q, Hq, 512)
+        mK: cute.Tensor,  # (total_k, Hkv, 512) packed | (num_pages, page_size, Hkv, 512) paged
+        mV: cute.Tensor,
+        mO: cute.Tensor,  # (total_q, Hq, 512) q dtype | (S, total_q, Hq, 512) fp32 with splits
+        mLSE: cute.Tensor,  # (Hq, total_q) fp32 | (S, Hq, total_q) fp32 with splits
+        mCuSeqlensQ: cute.Tensor,  # (B+1,) int32
+        mCuSeqlensK: Optional[cute.Tensor],  # (B+1,) int32, packed only
+        mSeqUsedK: cute.Tensor,  # (B,) int32
+        mPageTable: Optional[cute.Tensor],  # (B, max_pages) int32, paged only
+        mQDescale: Optional[cute.Tensor],  # (B, Hkv) fp32 views, any strides
+        mKDescale: Optional[cute.Tensor],
+        mVDescale: Optional[cute.Tensor],
+        softmax_scale: Float32,
+        window_left: Int32,  # WINDOW_INF when unbounded
+        window_right: Int32,
+        max_seqlen_q: Int32,
+        num_splits: Int32,
+        trace_addr: Int64,  # host-mapped int32[TRACE_BUFFER_WORDS] for cfg.trace, else ignored (pass 0)
+        stream: cuda.CUstream,
+    ):
+        if const_expr(mK.element_type == cutlass.Uint8):  # e4m3 K/V passed as uint8 views
+            kv8 = self.path.kv_gmem_dtype
+            mK = cute.make_tensor(cute.recast_ptr(mK.iterator, dtype=kv8), mK.layout)
+            mV = cute.make_tensor(cute.recast_ptr(mV.iterator, dtype=kv8), mV.layout)
+        sQ_layout, sKV_layout, sStage_layout = self._smem_layouts()
+        sKV_tma_layout = sStage_layout if const_expr(self.path.needs_staging) else sKV_layout
+        tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
+
+        # -- TMA atoms ------------------------------------------------------------------
+        tma_op = cpasync.CopyBulkTensorTileG2SOp()
+        q_rows = self._packed_rows_view(mQ)
+        tma_atom_q, tma_q = cpasync.make_tiled_tma_atom(
+            tma_op, q_rows, sQ_layout, ((self.group, self.tile_m // self.group), self.head_dim)
+        )
+        tma_atom_k, tma_k = cpasync.make_tiled_tma_atom(
+            tma_op, kv_tma_view(mK, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
+        )
+        tma_atom_v, tma_v = cpasync.make_tiled_tma_atom(
+            tma_op, kv_tma_view(mV, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
+        )
+        self.q_bytes = cute.size_in_bytes(self.q_dtype, sQ_layout)
+        self.kv_bytes = cute.size_in_bytes(mK.element_type, cute.select(sKV_tma_layout, mode=[0, 1]))
+        pipeline_checks.check_tma_pipeline(
+            "Q", producer_arrives=1, consumer_warps=8, consumer_arrives=8,
+            tx_bytes=self.q_bytes, boxes_bytes=self.tile_m * self.head_dim * self.q_dtype.width // 8,
+        )
+        pipeline_checks.check_tma_pipeline(
+            "K/V", producer_arrives=1, consumer_warps=8, consumer_arrives=8,
+            tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
+        )
+
+        # -- output views -------------------------------------------------------------------
+        if const_expr(self.is_split):
+            mO_rows = self._packed_rows_view(
+                cute.make_tensor(mO.iterator, cute.select(mO.layout, mode=[1, 2, 3, 0]))
+            )
+            mLSE_rows = self._packed_lse_view(
+                cute.make_tensor(mLSE.iterator, cute.select(mLSE.layout, mode=[1, 2, 0]))
+            )
+        else:
+            mO_rows = self._packed_rows_view(mO)
+            mLSE_rows = self._packed_lse_view(mLSE)
+
+        # -- shared memory: mbarriers first, then 1 KB aligned buffers (config.smem_plan order);
+        #    buffers a variant does not use are left out of the struct ----------------------
+        MemRange, Align = cute.struct.MemRange, cute.struct.Align
+        fields = {
+            "mbar_q": MemRange[cutlass.Int64, 2],
+            "mbar_k": MemRange[cutlass.Int64, 2 * self.stages],
+            "mbar_v": MemRange[cutlass.Int64, 2 * self.stages],
+            "sQ": Align[MemRange[self.dtype, cute.cosize(sQ_layout)], 1024],
+            "sK": Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
+            "sV": Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
+        }
+        if const_expr(self.split_d):
+            fields["sX"] = Align[MemRange[Float32, 2 * self.tile_m * self.tile_n], 1024]
+        if const_expr(sStage_layout is not None):
+            fields["sKs"] = Align[MemRange[self.path.kv_gmem_dtype, cute.cosize(sStage_layout)], 1024]
+            fields["sVs"] = Align[MemRange[self.path.kv_gmem_dtype, cute.cosize(sStage_layout)], 1024]
+        SharedStorage = cute.struct(type("SharedStorage", (), {"__annotations__": fields}))
+        self.shared_storage = SharedStorage
+        self.smem_struct_bytes = SharedStorage.size_in_bytes()  # read by the compile checker
+
+        # -- grid: (m blocks, tile heads x splits, batch); m blocks launched heaviest first -----
+        num_tile_heads = mQ.shape[1] // self.group
+        m_blocks = (max_seqlen_q * self.group + (self.tile_m - 1)) // self.tile_m
+        grid = (m_blocks, num_tile_heads * num_splits, mCuSeqlensQ.shape[0] - 1)
+        scale_log2 = softmax_scale * Float32(LOG2_E)
+
+        self.kernel(
+            tma_atom_q, tma_q, tma_atom_k, tma_k, tma_atom_v, tma_v,
+            mO_rows, mLSE_rows, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, mPageTable,
+            mQDescale, mKDescale, mVDescale,
+            scale_log2, window_left, window_right, num_splits, mQ.shape[1] // mK.shape[-2], trace_addr,
+            sQ_layout, sKV_layout, sStage_layout, tiled_mma_qk, tiled_mma_pv,
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
+
+    # ------------------------------------------------------------------------------------
+    # device side
+    # ------------------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(
+        self,
+        tma_atom_q: cute.CopyAtom,
+        tma_q: cute.Tensor,
+        tma_atom_k: cute.CopyAtom,
+        tma_k: cute.Tensor,
+        tma_atom_v: cute.CopyAtom,
+        tma_v: cute.Tensor,
+        mO_rows: cute.Tensor,
+        mLSE_rows: cute.Tensor,
+        mCuSeqlensQ: cute.Tensor,
+        mCuSeqlensK: Optional[cute.Tensor],
+        mSeqUsedK: cute.Tensor,
+        mPageTable: Optional[cute.Tensor],
+        mQDescale: Optional[cute.Tensor],
+        mKDescale: Optional[cute.Tensor],
+        mVDescale: Optional[cute.Tensor],
+        scale_log2: Float32,
+        window_left: Int32,
+        window_right: Int32,
+        num_splits: Int32,
+        qheads_per_kvhead: Int32,
+        trace_addr: Int64,
+        sQ_layout: cute.ComposedLayout,
+        sKV_layout: cute.ComposedLayout,
+        sStage_layout: Optional[cute.ComposedLayout],
+        tiled_mma_qk: cute.TiledMma,
+        tiled_mma_pv: cute.TiledMma,
+    ):
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg_idx = warp_idx // 4
+        self._trace_addr = trace_addr  # read by _trace (an SSA value of the kernel entry)
+        self._trace(warp_idx, "start", Int32(0), Int32(0))
+        if const_expr(self.stage == "launch"):
+            self._trace_exit()
+            return
+        if warp_idx == 0:
+            for atom in (tma_atom_q, tma_atom_k, tma_atom_v):
+                cpasync.prefetch_descriptor(atom)
+
+        smem = cutlass.utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+
+        # -- pipelines (mbarrier init by warp 0; one fence + CTA barrier below) -----------------
+        tma_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        consumer_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * self.num_consumer_wgs)
+        pipe_q = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_q.data_ptr(), num_stages=1, producer_group=tma_group,
+            consumer_group=consumer_warps, tx_count=self.q_bytes, defer_sync=True,
+        )
+        pipe_k = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages, producer_group=tma_group,
+            consumer_group=consumer_warps, tx_count=self.kv_bytes, defer_sync=True,
+        )
+        pipe_v = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages, producer_group=tma_group,
+            consumer_group=consumer_warps, tx_count=self.kv_bytes, defer_sync=True,
+        )
+        pipeline_init_arrive()
+
+        # sQ: the MMA (compute dtype) view and the as-loaded (q dtype) view of the same bytes
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sQ_in = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner, dtype=self.q_dtype)
+        sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+        sK_tma, sV_tma = sK, sV
+        if const_expr(self.path.needs_staging):
+            kv8 = self.path.kv_gmem_dtype
+            sK_tma = storage.sKs.get_tensor(sStage_layout.outer, swizzle=sStage_layout.inner, dtype=kv8)
+            sV_tma = storage.sVs.get_tensor(sStage_layout.outer, swizzle=sStage_layout.inner, dtype=kv8)
+
+        pipeline_init_wait()
+        self._trace(warp_idx, "mbarriers initialised, CTA barrier passed", Int32(0), Int32(0))
+
+        # Roles first, tile facts after: values computed before setmaxnreg would stay live
+        # across the producer's drop to 24 registers and spill (seen with the local mask).
+        if wg_idx == 0:
+            cute.arch.setmaxregister_decrease(self.cfg.producer_regs)
+            self._trace(warp_idx, "producer setmaxnreg.dec done", Int32(0), Int32(0))
+            if const_expr(self._runs("load")):  # stage "setup" stops after setmaxnreg
+                if warp_idx == 0:
+                    t = self._tile(mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right)
+                    if t.valid:
+                        k_start = Int32(0)
+                        page_row = None
+                        if const_expr(self.paged):
+                            page_row = mPageTable[t.batch, None]
+                        else:
+                            k_start = mCuSeqlensK[t.batch]
+                        self.produce(
+                            tma_atom_q, tma_q, tma_atom_k, tma_k, tma_atom_v, tma_v, sQ_in, sK_tma, sV_tma,
+                            pipe_q, pipe_k, pipe_v, t.q_start, t.m_block, t.tile_head, t.kv_head, k_start,
+                            page_row, t.n_min, t.n_max,
+                        )
+        else:
+            cute.arch.setmaxregister_increase(self.cfg.consumer_regs)
+            self._trace(warp_idx, "consumer setmaxnreg.inc done", Int32(0), Int32(0))
+            if const_expr(self._runs("load")):
+                t = self._tile(mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right)
+                self._trace(warp_idx, "consumer tile: n_min, n_max", t.n_min, t.n_max)
+                if t.valid:
+                    self.consume(
+                        wg_idx - 1, tidx % 128, sQ, sQ_in, sK, sV, sK_tma, sV_tma, storage, pipe_q, pipe_k, pipe_v,
+                        tiled_mma_qk, tiled_mma_pv, t.mask, t.n_min, t.n_max, mO_rows, mLSE_rows,
+                        mQDescale, mKDescale, mVDescale, scale_log2, t.q_start, t.seqlen_q, t.m_block,
+                        t.tile_head, t.kv_head, t.split_idx, t.batch,
+                    )
+                self._trace(warp_idx, "consumer done", Int32(0), Int32(0))
+        self._trace_exit()
+
+    def _tile(self, mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right):
+        """This CTA's tile: grid (m blocks heaviest first, tile head x split, batch) -> facts.
+
+        Every role derives the block range from the same inputs (pitfall 1: counts must agree).
+        """
+        bidx, bidy, bidz = cute.arch.block_idx()
+        gdimx, _, _ = cute.arch.grid_dim()
+        m_block = gdimx - 1 - bidx
+        tile_head = bidy // num_splits
+        batch = bidz
+        q_start = mCuSeqlensQ[batch]
+        seqlen_q = mCuSeqlensQ[batch + 1] - q_start
+        seqlen_k = mSeqUsedK[batch]
+        mask = TileMask(
+            self.cfg.mask, self.tile_m, self.tile_n, self.group, m_block, seqlen_q, seqlen_k,
+            window_left, window_right,
+        )
+        split_idx = bidy - tile_head * num_splits
+        n_min, n_max = mask.block_range(split_idx, num_splits, self.is_split)
+        return SimpleNamespace(
+            m_block=m_block, split_idx=split_idx, tile_head=tile_head, batch=batch, q_start=q_start,
+            seqlen_q=seqlen_q, kv_head=tile_head * self.group // qheads_per_kvhead, mask=mask,
+            n_min=n_min, n_max=n_max, valid=m_block * self.tile_m < seqlen_q * self.group,
+        )
+
+    @cute.jit
+    def _trace(self, warp_idx, what: cutlass.Constexpr[str], a, b):
+        """``cfg.trace``: heartbeat (event, a, b) of lane 0 of every warp of CTA (0, 0, 0) into the
+        host-mapped buffer at ``trace_addr`` (system-scope stores the host sees while a kernel
+        hangs) and printf from warps 0, 4, 8. Compiles to nothing without ``cfg.trace``."""
+        if const_expr(self.cfg.trace):
+            code = TRACE_EVENTS.index(what) + 1
+            bidx, bidy, bidz = cute.arch.block_idx()
+            lane = cute.arch.lane_idx()
+            if (bidx + bidy + bidz) + lane == 0:
+                addr = self._trace_addr + Int64(12) * Int64(warp_idx)
+                cute.arch.atomic_exch(cute.make_ptr(Int32, addr + 4, cute.AddressSpace.gmem), Int32(a),
+                                      sem="relaxed", scope="sys")
+                cute.arch.atomic_exch(cute.make_ptr(Int32, addr + 8, cute.AddressSpace.gmem), Int32(b),
+                                      sem="relaxed", scope="sys")
+                cute.arch.atomic_exch(cute.make_ptr(Int32, addr, cute.AddressSpace.gmem), Int32(code),
+                                      sem="release", scope="sys")
+                if warp_idx % 4 == 0:
+                    cute.printf("fa512 trace warp %d: " + what + " (%d, %d)", warp_idx, a, b)
+
+    @cute.jit
+    def _trace_exit(self):
+        """``cfg.trace``: every warp of every CTA counts itself out (word TRACE_EXIT_WORD)."""
+        if const_expr(self.cfg.trace):
+            if cute.arch.lane_idx() == 0:
+                cute.arch.atomic_add(
+                    cute.make_ptr(Int32, self._trace_addr + 4 * TRACE_EXIT_WORD, cute.AddressSpace.gmem),
+                    Int32(1), sem="relaxed", scope="sys",
+                )
+
+    # ------------------------------------------------------------------------------------
+    @cute.jit
+    def produce(
+        self, tma_atom_q, tma_q, tma_atom_k, tma_k, tma_atom_v, tma_v, sQ, sK, sV,
+        pipe_q, pipe_k, pipe_v, q_start, m_block, tile_head, kv_head, k_start, page_row,
+        n_min, n_max,
+    ):
+        """Warp 0 of WG0: Q once, then K[hi], (K[n], V[n+1])..., V[lo]."""
+        gQ = cute.local_tile(
+            cute.domain_offset(((0, q_start), 0, 0), tma_q),
+            ((self.group, self.tile_m // self.group), self.head_dim),
+            (m_block, 0, tile_head),
+        )
+        tQsQ, tQgQ = cpasync.tma_partition(
+            tma_atom_q, 0, cute.make_layout(1), cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2)
+        )
+        k_tiles = KVBlockTiles(tma_k, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
+                               kv_head, k_start, page_row)
+        v_tiles = KVBlockTiles(tma_v, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
+                               kv_head, k_start, page_row)
+        tKsK, tKgK = cpasync.tma_partition(
+            tma_atom_k, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2),
+            cute.group_modes(k_tiles.tiles, 0, 2),
+        )
+        tVsV, tVgV = cpasync.tma_partition(
+            tma_atom_v, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2),
+            cute.group_modes(v_tiles.tiles, 0, 2),
+        )
+        q_prod = pipe_q.make_producer()
+        k_prod = pipe_k.make_producer()
+        v_prod = pipe_v.make_producer()
+        n_blocks = n_max - n_min
+        self._trace(Int32(0), "producer tile: n_min, n_max", n_min, n_max)
+        if n_blocks > 0:
+            hq = q_prod.acquire_and_advance()
+            cute.copy(tma_atom_q, tQgQ, tQsQ, tma_bar_ptr=hq.barrier)
+            self._trace(Int32(0), "producer Q issued", Int32(0), Int32(0))
+            hk = k_prod.acquire_and_advance()
+            self._load_block(tma_atom_k, tKgK, tKsK, hk, k_tiles, n_max - 1)
+            self._trace(Int32(0), "producer K issued: block, stage", n_max - 1, hk.index)
+            for i in cutlass.range(n_blocks - 1, unroll=1):
+                n = n_max - 2 - i
+                hk = k_prod.acquire_and_advance()
+                self._load_block(tma_atom_k, tKgK, tKsK, hk, k_tiles, n)
+                self._trace(Int32(0), "producer K issued: block, stage", n, hk.index)
+                hv = v_prod.acquire_and_advance()
+                self._load_block(tma_atom_v, tVgV, tVsV, hv, v_tiles, n + 1)
+                self._trace(Int32(0), "producer V issued: block, stage", n + 1, hv.index)
+            hv = v_prod.acquire_and_advance()
+            self._load_block(tma_atom_v, tVgV, tVsV, hv, v_tiles, n_min)
+            self._trace(Int32(0), "producer V issued: block, stage", n_min, hv.index)
+        self._trace(Int32(0), "producer done", Int32(0), Int32(0))
+
+    @cute.jit
+    def _load_block(self, tma_atom, tXgX, tXsX, h, tiles: KVBlockTiles, n_block):
+        """TMA one K or V block into the stage ``h`` acquired (its barrier expects the bytes)."""
+        coord = tiles.block_coord(n_block)
+        if const_expr(self.paged):
+            src = tXgX[None, coord[0], coord[1]]
+        else:
+            src = tXgX[None, coord]
+        cute.copy(tma_atom, src, tXsX[None, h.index], tma_bar_ptr=h.barrier)
+
+    # ------------------------------------------------------------------------------------
+    @cute.jit
+    def consume(
+        self, wg, tidx_wg, sQ, sQ_in, sK, sV, sK_tma, sV_tma, storage, pipe_q, pipe_k, pipe_v,
+        tiled_mma_qk, tiled_mma_pv,
+        mask: TileMask, n_min, n_max, mO_rows, mLSE_rows, mQDescale, mKDescale, mVDescale,
+        scale_log2, q_start, seqlen_q, m_block, tile_head, kv_head, split_idx, batch,
+    ):
+        """One consumer warpgroup: QK (its d half), S exchange, softmax, PV into its O half."""
+        # -- operand partitions ------------------------------------------------------------------
+        thr_qk = tiled_mma_qk.get_slice(tidx_wg)
+        thr_pv = tiled_mma_pv.get_slice(tidx_wg)
+        if const_expr(self.split_d):
+            sQ_w = cute.local_tile(sQ, (self.tile_m, self.qk_k), (0, wg))
+            sK_w = cute.local_tile(sK, (self.tile_n, self.qk_k), (0, wg, None))
+        else:
+            sQ_w = sQ
+            sK_w = sK
+        # this warpgroup's d half of every buffer a path may convert (dequant path only)
+        sQ_in_w = cute.local_tile(sQ_in, (self.tile_m, self.half_d), (0, wg))
+        sQ_mma_w = cute.local_tile(sQ, (self.tile_m, self.half_d), (0, wg))
+        sK_src_w = cute.local_tile(sK_tma, (self.tile_n, self.half_d), (0, wg, None))
+        sV_src_w = cute.local_tile(sV_tma, (self.tile_n, self.half_d), (0, wg, None))
+        sK_dst_w = cute.local_tile(sK, (self.tile_n, self.half_d), (0, wg, None))
+        sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
+        tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ_w))
+        tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK_w))
+        sVt = transpose_view(sV)  # (512, tile_n, stages): V as the MN-major B operand of PV
+        sVt_w = cute.local_tile(sVt, (self.half_d, self.tile_n), (wg, 0, None))
+        tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt_w))
+        acc_O = thr_pv.make_fragment_C(thr_pv.partition_shape_C((self.tile_m, self.half_d)))
+        s_shape = thr_qk.partition_shape_C((self.tile_m, self.tile_n))
+        tScS = thr_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
+
+        # partial-S exchange buffers: X[w] holds WG w's fragment, 4-float vectors per thread
+        n_s = self.tile_n // 2  # fp32 logits per thread
+        x_layout = cute.make_layout(
+            (4, 128, n_s // 4, 2), stride=(1, 4, 512, n_s * 128)
+        )
+        sX = storage.sX.get_tensor(x_layout) if const_expr(self.split_d) else None
+        x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d) else None
+        x_other = sX[None, tidx_wg, None, 1 - wg] if const_expr(self.split_d) else None
+
+        # -- softmax state ---------------------------------------------------------------------
+        qk_descale = Float32(1.0)
+        v_descale = Float32(1.0)
+        if const_expr(mQDescale is not None):
+            qk_descale = qk_descale * mQDescale[batch, kv_head]
+        if const_expr(mKDescale is not None):
+            qk_descale = qk_descale * mKDescale[batch, kv_head]
+        if const_expr(mVDescale is not None):
+            v_descale = mVDescale[batch, kv_head]
+        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2)
+        softmax.reset()
+        row_scale = cute.make_rmem_tensor(2, Float32)
+        acc_O.fill(0.0)
+        tOrP = cute.make_rmem_tensor_like(acc_as_a_view(cute.make_rmem_tensor(s_shape, Float32)), self.dtype)
+
+        q_cons = pipe_q.make_consumer()
+        k_cons = pipe_k.make_consumer()
+        v_cons = pipe_v.make_consumer()
+        # diagnostic cuts (compile-time): "load" = pipelines only, "qk" = no PV, "full"
+        do_qk = self._runs("qk")
+        do_pv = self._runs("full")
+        warp = 4 * (wg + 1) + tidx_wg // 32  # for the trace only
+        n_blocks = n_max - n_min
+        if n_blocks > 0:
+            hq = q_cons.wait_and_advance()
+            self._trace(warp, "consumer Q ready", Int32(0), Int32(0))
+            self.path.prepare_q(sQ_in_w, sQ_mma_w, tidx_wg, wg)
+            # ---- first block (highest), always masked ----
+            n = n_max - 1
+            hk = k_cons.wait_and_advance()
+            self._trace(warp, "consumer K ready: block, stage", n, hk.index)
+            k_idx = self.path.prepare_kv(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            if const_expr(do_qk):
+                warpgroup.fence()
+                wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+            self.path.finish_kv(hk)
+            self._trace(warp, "consumer K released: block, stage", n, hk.index)
+            if const_expr(do_qk):
+                if const_expr(self.split_d):
+                    self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1)
+                    self._trace(warp, "consumer S exchanged: block", n, Int32(0))
+                mask.apply(acc_S, tScS, n)
+                softmax.step(acc_S, row_scale, is_first=True)
+                tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
+            # ---- steady state: QK(n) overlaps PV(n+1) ----
+            for i in cutlass.range(n_blocks - 1, unroll=1):
+                n = n_max - 2 - i
+                hk = k_cons.wait_and_advance()
+                self._trace(warp, "consumer K ready: block, stage", n, hk.index)
+                k_idx = self.path.prepare_kv(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+                acc_S = cute.make_rmem_tensor(s_shape, Float32)
+                if const_expr(do_qk):
+                    warpgroup.fence()
+                    wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
+                    warpgroup.commit_group()
+                    softmax.rescale(acc_O, row_scale)
+                hv = v_cons.wait_and_advance()
+                self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
+                v_idx = self.path.prepare_kv(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                if const_expr(do_pv):
+                    warpgroup.fence()
+                    wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
+                    warpgroup.commit_group()
+                if const_expr(do_qk):
+                    # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
+                    warpgroup.wait_group(1 if do_pv else 0)
+                self.path.finish_kv(hk)
+                self._trace(warp, "consumer K released: block, stage", n, hk.index)
+                if const_expr(do_qk):
+                    if const_expr(self.split_d):
+                        self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2)
+                        self._trace(warp, "consumer S exchanged: block", n, Int32(0))
+                    if mask.needs_mask(n):
+                        mask.apply(acc_S, tScS, n)
+                    softmax.step(acc_S, row_scale, is_first=False)
+                if const_expr(do_pv):
+                    warpgroup.wait_group(0)
+                self.path.finish_kv(hv)
+                self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
+                if const_expr(do_qk):
+                    tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
+            # ---- last PV ----
+            if const_expr(do_qk):
+                softmax.rescale(acc_O, row_scale)
+            hv = v_cons.wait_and_advance()
+            self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
+            v_idx = self.path.prepare_kv(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
+            if const_expr(do_pv):
+                warpgroup.fence()
+                wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+            self.path.finish_kv(hv)
+            self._trace(warp, "consumer V released: block, stage", n_min, hv.index)
+            hq.release()
+            self._trace(warp, "consumer Q released, epilogue next", Int32(0), Int32(0))
+
+        # -- epilogue ----------------------------------------------------------------------------
+        o_scale = cute.make_rmem_tensor(2, Float32)
+        lse = cute.make_rmem_tensor(2, Float32)
+        softmax.finalize(v_descale, o_scale, lse)
+        softmax.rescale(acc_O, o_scale)
+        self._store(acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
+                    q_start, seqlen_q, m_block, tile_head, split_idx)
+
+    @cute.jit
+    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last):
+        """S = S_0 + S_1 through smem (see class docstring for the barrier protocol)."""
+        n_s = cute.size(acc_S)
+        frag = cute.make_tensor(acc_S.iterator, cute.make_layout((4, n_s // 4)))
+        if const_expr(not is_first):
+            # wait until the other WG has read what this WG wrote for the previous block
+            cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
+        cute.autovec_copy(frag, x_mine)
+        cute.arch.barrier(barrier_id=BAR_S_READY, number_of_threads=256)
+        other = cute.make_rmem_tensor((4, n_s // 4), Float32)
+        cute.autovec_copy(x_other, other)
+        if not is_last:
+            cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
+        for i in cutlass.range_constexpr(n_s):
+            frag[i] = frag[i] + other[i]
+
+    @cute.jit
+    def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
+               q_start, seqlen_q, m_block, tile_head, split_idx):
+        """Write this WG's O half (q dtype, or fp32 partials) and, from WG 0, the lse."""
+        out_dtype = _DTYPES[self.cfg.out_dtype]
+        if const_expr(self.is_split):
+            mO_tile_src = mO_rows[None, None, None, split_idx]
+            mLSE_src = mLSE_rows[None, None, split_idx]
+        else:
+            mO_tile_src = mO_rows
+            mLSE_src = mLSE_rows
+        rows_per_tile = self.tile_m // self.group
+        gO = cute.local_tile(
+            cute.domain_offset(((0, q_start), 0, 0), mO_tile_src),
+            ((self.group, rows_per_tile), self.half_d),
+            (m_block, wg, tile_head),
+        )
+        tOgO = thr_pv.partition_C(gO)
+        tOcO = thr_pv.partition_C(cute.make_identity_tensor((self.tile_m, self.half_d)))
+        rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
+        rO.store(acc_O.load().to(out_dtype))
+        g_mn = acc_mn_view(tOgO)
+        r_mn = acc_mn_view(rO)
+        c_mn = acc_mn_view(tOcO)
+        for r in cutlass.range_constexpr(cute.size(r_mn, mode=[0])):
+            row = c_mn[r, 0][0]
+            if (m_block * self.tile_m + row) // self.group < seqlen_q:
+                cute.autovec_copy(r_mn[r, None], g_mn[r, None])
+        if wg == 0:
+            gL = cute.local_tile(
+                cute.domain_offset(((0, q_start), 0), mLSE_src),
+                ((self.group, rows_per_tile),),
+                (m_block, tile_head),
+            )
+            s_c = acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
+            if tidx_wg % 4 == 0:
+                for r in cutlass.range_constexpr(2):
+                    row = s_c[r, 0][0]
+                    if (m_block * self.tile_m + row) // self.group < seqlen_q:
+                        gL[row] = lse[r]
+
+
+__all__ = ["FlashFwdSm90"]

@@ -1,0 +1,158 @@
+"""How K/V reach the 16-bit warpgroup MMA: the strategy objects of the SM90 forward.
+
+The kernel's pipeline (producer TMA -> K/V smem stages -> consumer warpgroups) is the same for
+every path; a path decides the smem dtype of the MMA operands, where the producer's TMA writes,
+and what a consumer warpgroup does between "stage full" and "issue the MMA":
+
+- `Mma16Path` (bf16 / f16 KV): TMA writes straight into the MMA operand stages; the consumer
+  MMAs the stage it waited on and releases it after the MMA completed.
+- `DequantFp8Path` (e4m3 KV -> f16): TMA writes e4m3 tiles into staging stages; each consumer
+  warpgroup converts *its own half of d* (the half its split-d MMAs read) into a single f16
+  operand buffer, releases the staging stage at once, fences the generic->async proxy and
+  syncs its 128 threads before its MMA. The split-d layout makes the conversion WG-local: no
+  cross-warpgroup barrier is added. V rows past seqused_k are written as zeros, so a NaN bit
+  pattern in an unused cache slot cannot reach O through 0 x NaN. A bf16 Q is narrowed to f16
+  in place the same way (each warpgroup its half).
+
+Every method is called by one consumer warpgroup (128 threads, ``tidx_wg`` in 0..127) on its own
+(rows, 256) half tiles. The FP8-MMA kernel (issue 5) adds a path that keeps e4m3 operands
+(QGMMA) and transposes V; it reuses the producer, the pipelines and this interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
+
+BAR_WG_LOCAL = 4  # + wg: 128-thread barrier of one consumer warpgroup (conversion hand-off)
+_DTYPES = {"bf16": BFloat16, "f16": Float16}
+
+
+@dataclass(frozen=True)
+class Mma16Path:
+    """bf16 or f16 K/V, MMA'd where the TMA put them."""
+
+    dtype_name: str  # "bf16" | "f16" (== q dtype)
+
+    @property
+    def mma_dtype(self):
+        return _DTYPES[self.dtype_name]
+
+    @property
+    def kv_gmem_dtype(self):
+        return self.mma_dtype
+
+    @property
+    def needs_staging(self) -> bool:
+        return False
+
+    def mma_stages(self, kv_stages: int) -> int:
+        return kv_stages
+
+    def kv_tile_bytes(self, tile_n: int, head_dim: int) -> int:
+        """Bytes one K (or V) block's TMA boxes write (the pipeline tx_count)."""
+        return tile_n * head_dim * 2
+
+    @cute.jit
+    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, tidx_wg: Int32, wg: Int32):
+        pass
+
+    @cute.jit
+    def prepare_kv(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        """Return the operand stage the MMA reads: the TMA stage itself."""
+        return handle.index
+
+    @cute.jit
+    def finish_kv(self, handle):
+        """Called once the MMA reading the stage completed: hand it back to the producer."""
+        handle.release()
+
+
+@dataclass(frozen=True)
+class DequantFp8Path:
+    """e4m3 K/V converted in-kernel to f16 (SM90 converts e4m3x2 -> f16x2 in one instruction)."""
+
+    q_dtype_name: str  # "bf16" | "f16"
+
+    @property
+    def mma_dtype(self):
+        return Float16
+
+    @property
+    def kv_gmem_dtype(self):
+        return Float8E4M3FN
+
+    @property
+    def needs_staging(self) -> bool:
+        return True
+
+    def mma_stages(self, kv_stages: int) -> int:
+        return 1  # one f16 operand buffer per K and V; the e4m3 staging ring holds kv_stages
+
+    def kv_tile_bytes(self, tile_n: int, head_dim: int) -> int:
+        return tile_n * head_dim
+
+    @cute.jit
+    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, tidx_wg: Int32, wg: Int32):
+        """bf16 Q: narrow this warpgroup's half to f16 in place (same bytes, same swizzle)."""
+        if const_expr(self.q_dtype_name == "bf16"):
+            _convert_half_tile(sQ_in_w, sQ_mma_w, tidx_wg, None)
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+
+    @cute.jit
+    def prepare_kv(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        """Convert the staged e4m3 half tile into the f16 operand buffer; free the stage.
+
+        The first barrier orders this warpgroup's previous MMA reads of the f16 buffer (each warp
+        waited on its own wgmma) before any warp overwrites it; the fence + second barrier make
+        every warp's generic-proxy writes visible to the warpgroup's async wgmma.
+        """
+        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+        _convert_half_tile(sSrc_w[None, None, handle.index], sDst_w[None, None, 0], tidx_wg, rows_valid)
+        handle.release()
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+        return 0
+
+    @cute.jit
+    def finish_kv(self, handle):
+        pass
+
+
+@cute.jit
+def _convert_half_tile(src: cute.Tensor, dst: cute.Tensor, tidx_wg: Int32, rows_valid):
+    """dst (rows, 256) f16 <- src (rows, 256) e4m3 or bf16, by one warpgroup.
+
+    Thread t converts 16 consecutive columns (chunk t % 16) of rows t // 16 + 8 i: 16-byte e4m3
+    loads / 32-byte f16 stores that stay contiguous under the 128 B swizzle. Rows >= rows_valid
+    (when given) are written as zeros.
+    """
+    rows = cute.size(src, mode=[0])
+    chunk = tidx_wg % 16
+    for i in cutlass.range_constexpr(rows // 8):
+        row = tidx_wg // 16 + 8 * i
+        s = cute.local_tile(src, (1, 16), (row, chunk))
+        d = cute.local_tile(dst, (1, 16), (row, chunk))
+        r_in = cute.make_rmem_tensor((1, 16), src.element_type)
+        cute.autovec_copy(s, r_in)
+        r_out = cute.make_rmem_tensor((1, 16), Float16)
+        r_out.store(r_in.load().to(Float16))
+        if const_expr(rows_valid is not None):
+            if row >= rows_valid:
+                r_out.fill(0.0)
+        cute.autovec_copy(r_out, d)
+
+
+def make_mma_path(mma_path: str, q_dtype: str):
+    if mma_path in ("bf16", "f16"):
+        return Mma16Path(mma_path)
+    if mma_path == "fp8_dequant":
+        return DequantFp8Path(q_dtype)
+    raise ValueError(f"unknown mma_path {mma_path!r}")
+
+
+__all__ = ["Mma16Path", "DequantFp8Path", "make_mma_path", "BAR_WG_LOCAL"]

@@ -1,0 +1,112 @@
+"""Online softmax over wgmma accumulator fragments (exp2, running max and sum, fp32).
+
+State per thread: the raw running max (max of unscaled logits; the logit scale is > 0 so the
+max commutes with it) and the *per-thread partial* running sum of each of its rows; the quad
+reduction of the sums is deferred to `finalize` (FA2 trick: it commutes with the rescales).
+
+Numerics of fully masked rows (every logit -inf so far): the exp offset is 0 instead of
+-inf, so P = exp2(-inf) = 0 and no -inf - -inf NaN appears; the correction factor for the
+previous accumulator is exp2(m_old * scale - offset) = exp2(-inf) = 0 while m_old is -inf, so
+a row that gains its first visible key later starts from a zeroed O and sum. A row that never
+sees a key ends with sum 0: `finalize` returns O scale 0 and lse -inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, const_expr
+
+from .dsl_utils import Carried
+from .fragments import acc_mn_view
+
+LOG2_E = math.log2(math.e)
+LN_2 = math.log(2.0)
+
+
+class OnlineSoftmax(Carried):
+    """Softmax state of one thread's rows of a (64, tile_n) logit tile.
+
+    Parameters
+    ----------
+    scale_log2 : Float32
+        softmax_scale * q_descale * k_descale * log2(e): multiplies raw logits before exp2.
+    num_rows : int
+        Rows this thread owns (2 for an m64 wgmma fragment).
+    """
+
+    def __init__(self, scale_log2: Float32, num_rows: int):
+        self.scale_log2 = scale_log2
+        self.num_rows = num_rows
+        self.row_max = cute.make_rmem_tensor(num_rows, Float32)
+        self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
+
+    def reset(self) -> None:
+        self.row_max.fill(-Float32.inf)
+        self.row_sum.fill(0.0)
+
+    @cute.jit
+    def step(self, acc_S: cute.Tensor, row_scale: cute.Tensor, is_first: cutlass.Constexpr[bool]):
+        """Turn logits into unnormalised probabilities in place and update the row state.
+
+        ``row_scale[r]`` receives the factor the output accumulator must be multiplied by
+        before this block's P·V is added (0 for the first block of a row).
+        """
+        s_mn = acc_mn_view(acc_S)
+        n_cols = cute.size(s_mn, mode=[1])
+        for r in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            m_blk = s_mn[r, 0]
+            for c in cutlass.range_constexpr(1, n_cols):
+                m_blk = cute.arch.fmax(m_blk, s_mn[r, c])
+            # the 4 threads of a quad share a row
+            m_blk = cute.arch.fmax(m_blk, cute.arch.shuffle_sync_bfly(m_blk, offset=1))
+            m_blk = cute.arch.fmax(m_blk, cute.arch.shuffle_sync_bfly(m_blk, offset=2))
+            m_old = self.row_max[r]
+            m_new = m_blk
+            if const_expr(not is_first):
+                m_new = cute.arch.fmax(m_old, m_blk)
+            offset = m_new * self.scale_log2
+            if m_new == -Float32.inf:
+                offset = Float32(0.0)
+            row_total = Float32(0.0)
+            for c in cutlass.range_constexpr(n_cols):
+                p = cute.math.exp2(s_mn[r, c] * self.scale_log2 - offset, fastmath=True)
+                s_mn[r, c] = p
+                row_total += p
+            if const_expr(is_first):
+                row_scale[r] = Float32(0.0)
+                self.row_sum[r] = row_total
+            else:
+                corr = cute.math.exp2(m_old * self.scale_log2 - offset, fastmath=True)
+                row_scale[r] = corr
+                self.row_sum[r] = self.row_sum[r] * corr + row_total
+            self.row_max[r] = m_new
+
+    @cute.jit
+    def rescale(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
+        """acc_O[r, :] *= row_scale[r] for this thread's rows."""
+        o_mn = acc_mn_view(acc_O)
+        for r in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            o_row = o_mn[r, None]
+            o_row.store(o_row.load() * row_scale[r])
+
+    @cute.jit
+    def finalize(self, out_scale: Float32, o_scale: cute.Tensor, lse: cute.Tensor):
+        """Quad-reduce the sums; o_scale[r] = out_scale / sum (0 when empty), lse[r] natural log."""
+        for r in cutlass.range_constexpr(self.num_rows):
+            total = self.row_sum[r]
+            total = total + cute.arch.shuffle_sync_bfly(total, offset=1)
+            total = total + cute.arch.shuffle_sync_bfly(total, offset=2)
+            m = self.row_max[r]
+            scale = Float32(0.0)
+            val = -Float32.inf
+            if total > Float32(0.0):
+                scale = out_scale / total
+                val = (m * self.scale_log2 + cute.math.log2(total, fastmath=True)) * Float32(LN_2)
+            o_scale[r] = scale
+            lse[r] = val
+
+
+__all__ = ["OnlineSoftmax", "LOG2_E", "LN_2"]

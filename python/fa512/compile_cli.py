@@ -1,0 +1,197 @@
+"""``python -m fa512 compile``: build every CuTe DSL variant for a GPU arch on any machine, check it.
+
+For each variant of `cute_kernels.config.variant_list` (the d512 forwards) and the split-KV
+combine kernels, writes ``<out>/<key>.cubin`` and ``<out>/<key>.sass`` and checks:
+
+* ``HGMMA`` (warpgroup MMA) instructions are present in the forward kernels;
+* no local-memory spills: no ``STL``/``LDL`` in the SASS and ``LOCAL``/``STACK`` 0;
+* shared memory (the kernel's dynamic allocation + the static section) <= 227 KB;
+* the ``USETMAXREG`` budgets fit the CTA's register pool, ``REG`` x threads (168 x 384 = 64512 for
+  the forward): ``setmaxnreg.inc`` waits until the pool can serve it, so a budget that does not
+  fit hangs every launch (the 2026-11-29 H200 hang: 32 + 2 x 240 = 512 x 128 > 64512).
+
+Also reports registers at launch (``REG``), the ``USETMAXREG`` budgets of the warpgroups, HGMMA
+shapes and counts, and compile seconds, in a table and in ``<out>/report.json``. Exit status 1
+if any check fails. No GPU is needed (fake tensors, ``--arch sm_90a``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+SMEM_LIMIT = 232_448
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", default="sm_90a", help="GPU arch to compile for (sm_90a: wgmma/setmaxnreg need the 'a')")
+    p.add_argument("--out", default="out/cute_sm90", help="directory for .cubin/.sass files and report.json")
+    p.add_argument("--short", action="store_true", help="only the short variant list (CPU test subset)")
+    p.add_argument("--only", default=None, help="substring filter on variant keys")
+
+
+@dataclass
+class SassReport:
+    key: str
+    compile_s: float
+    reg: int = 0
+    stack: int = 0
+    local: int = 0
+    static_smem: int = 0
+    dynamic_smem: int = 0
+    setmaxnreg: list = field(default_factory=list)
+    hgmma: dict = field(default_factory=dict)
+    spill_instructions: int = 0
+    problems: list = field(default_factory=list)
+
+    @property
+    def smem(self) -> int:
+        return self.static_smem + self.dynamic_smem
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def find_tool(name: str) -> Optional[str]:
+    """cuobjdump/nvdisasm: PATH, the nvidia-cuda-* wheels, or Triton's bundled copy."""
+    found = shutil.which(name)
+    if found:
+        return found
+    import importlib.util
+
+    for pkg, sub in (("nvidia", "cu13/bin"), ("nvidia", "cuda_cuobjdump/bin"), ("triton", "backends/nvidia/bin")):
+        spec = importlib.util.find_spec(pkg)
+        for base in (spec.submodule_search_locations or []) if spec else []:
+            cand = Path(base) / sub / name
+            if cand.exists():
+                return str(cand)
+    return None
+
+
+def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: int, expect_hgmma: bool,
+                  threads: int = 384) -> SassReport:
+    """Dump SASS next to the cubin and check HGMMA / spills / smem / the setmaxnreg register pool.
+
+    ``threads``: CTA size; with setmaxnreg, warpgroup 0 deallocates and the others allocate.
+    """
+    rep = SassReport(key=key, compile_s=compile_s, dynamic_smem=dynamic_smem)
+    tool = find_tool("cuobjdump")
+    if tool is None:
+        rep.problems.append("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+        return rep
+    sass = subprocess.run([tool, "-sass", str(cubin_path)], capture_output=True, text=True).stdout
+    cubin_path.with_suffix(".sass").write_text(sass)
+    usage = subprocess.run([tool, "--dump-resource-usage", str(cubin_path)], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
+    if m:
+        rep.reg, rep.stack, rep.static_smem, rep.local = (int(x) for x in m.groups())
+    else:
+        rep.problems.append("no resource usage line from cuobjdump")
+    for shape in re.findall(r"\bHGMMA\.(\S+?)\s", sass):
+        rep.hgmma[shape] = rep.hgmma.get(shape, 0) + 1
+    rep.setmaxnreg = [
+        f"{kind}:{int(val, 16)}" for kind, val in re.findall(r"USETMAXREG\.(\S+?)\s.*?(0x[0-9a-f]+)\s*;", sass)
+    ]
+    rep.spill_instructions = len(re.findall(r"\b(?:STL|LDL)(?:\.\S+)?\s", sass))
+    if expect_hgmma and not rep.hgmma:
+        rep.problems.append("no HGMMA instruction in the SASS")
+    if rep.spill_instructions or rep.local or rep.stack:
+        rep.problems.append(f"local memory: {rep.spill_instructions} STL/LDL, LOCAL={rep.local}, STACK={rep.stack}")
+    if rep.smem > SMEM_LIMIT:
+        rep.problems.append(f"shared memory {rep.smem} B > {SMEM_LIMIT} B")
+    problem = register_pool_problem(rep.setmaxnreg, rep.reg, threads)
+    if problem:
+        rep.problems.append(problem)
+    return rep
+
+
+def register_pool_problem(setmaxnreg: list, reg: int, threads: int) -> Optional[str]:
+    """None if the setmaxnreg budgets fit the CTA pool (launch REG x threads), else the reason.
+
+    Warpgroup 0 runs the DEALLOC, every other warpgroup the (TRY_)ALLOC; the pool holds exactly
+    what the launch allocated, so the budgets must satisfy (dealloc + (wgs - 1) x alloc) x 128
+    <= REG x threads, or the allocating warpgroups spin in USETMAXREG.TRY_ALLOC forever.
+    """
+    dealloc = [int(x.split(":")[1]) for x in setmaxnreg if x.startswith("DEALLOC")]
+    alloc = [int(x.split(":")[1]) for x in setmaxnreg if "ALLOC" in x and not x.startswith("DEALLOC")]
+    if not dealloc or not alloc or not reg:
+        return None
+    wgs = threads // 128
+    need = (max(dealloc) + (wgs - 1) * max(alloc)) * 128
+    pool = reg * threads
+    if need > pool:
+        return (f"setmaxnreg budgets need ({max(dealloc)} + {wgs - 1} x {max(alloc)}) x 128 = {need} registers "
+                f"> CTA pool REG {reg} x {threads} = {pool}: setmaxnreg.inc would wait forever (hang)")
+    return None
+
+
+def _specs(short: bool, only: Optional[str]):
+    from cute_kernels.config import variant_list
+
+    from .compile_cache import KernelSpec
+
+    specs = [KernelSpec("fwd", cfg) for cfg in variant_list(full=not short)]
+    specs += [KernelSpec("combine", dt) for dt in ("bf16", "f16")]
+    if only:
+        specs = [s for s in specs if only in s.key()]
+    return specs
+
+
+def main(args: argparse.Namespace) -> int:
+    from .compile_cache import compile_spec
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for spec in _specs(args.short, args.only):
+        print(f"compiling {spec.key()} for {args.arch} ...", flush=True)
+        try:
+            res = compile_spec(spec, args.arch)
+        except Exception as exc:  # report and continue: one broken variant must not hide the others
+            rep = SassReport(key=spec.key(), compile_s=0.0, problems=[f"compile failed: {type(exc).__name__}: {exc}"])
+            reports.append(rep)
+            continue
+        cubin = out / f"{spec.key()}.cubin"
+        cubin.write_bytes(res.cubin)
+        reports.append(
+            inspect_cubin(cubin, spec.key(), res.seconds, res.smem_struct_bytes or 0, expect_hgmma=spec.kind == "fwd")
+        )
+    print(format_table(reports))
+    (out / "report.json").write_text(
+        json.dumps([dict(asdict(r), smem=r.smem, ok=r.ok) for r in reports], indent=1)
+    )
+    bad = [r for r in reports if not r.ok]
+    for r in bad:
+        print(f"FAIL {r.key}: {'; '.join(r.problems)}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def format_table(reports) -> str:
+    head = f"{'variant':<78} {'REG':>4} {'setmaxnreg':<26} {'smem':>7} {'spill':>5} {'HGMMA':<32} {'s':>5}  ok"
+    lines = [head, "-" * len(head)]
+    for r in reports:
+        hg = ",".join(f"{k}x{v}" for k, v in sorted(r.hgmma.items())) or "-"
+        regs = "/".join(x.split(":")[1] for x in r.setmaxnreg) or "-"
+        lines.append(
+            f"{r.key:<78} {r.reg:>4} {regs:<26} {r.smem:>7} {r.spill_instructions:>5} {hg:<32} "
+            f"{r.compile_s:>5.1f}  {'yes' if r.ok else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def cli(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fa512.compile_cli", description=__doc__)
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,131 @@
+"""`mma16`: the SM90 CuTe DSL d512 forward behind the `fa512.backends.Backend` interface.
+
+Registered in `fa512.backends.BACKENDS` after profiles/gpu_mma16_smoke.py passed 27/27 cases
+on an H200 (2026-11-29). Profiles may also call `Mma16Backend.launch` directly with a
+plan-like object (``config``, ``num_splits``, ``problem``) and a config override.
+
+Launch path (no host sync, graph-capturable): pick the compiled variant from the compile cache
+(memory dict after the first call), allocate lse (and the fp32 split workspace) from the torch
+caching allocator, call the tvm-ffi function with torch tensors and the current stream; with
+splits, run the combine kernel on the same stream.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Optional
+
+import torch
+
+from .backend_base import Backend
+from .errors import arg_error
+from .validate import FwdArgs, Problem
+
+WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
+
+
+def mask_kind(problem: Problem) -> str:
+    """"causal" (window (inf, 0)), "local" (any finite window), or "none"."""
+    if problem.window_left >= 0:
+        return "local"
+    if problem.window_right == 0:
+        return "causal"
+    if problem.window_right > 0:
+        return "local"
+    return "none"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8_e4m3"}[dtype]
+
+
+def _check_tma_operand(name: str, t: torch.Tensor) -> None:
+    """TMA needs 16-byte aligned base addresses and 16-byte multiple strides (except the last)."""
+    esize = t.element_size()
+    if t.data_ptr() % 16:
+        raise arg_error(ValueError, name, f"data_ptr % 16 = {t.data_ptr() % 16}", "a 16-byte aligned base address",
+                        "the mma16 kernel loads it with TMA")
+    for dim, stride in enumerate(t.stride()[:-1]):
+        if t.shape[dim] > 1 and (stride * esize) % 16:
+            raise arg_error(ValueError, name, f"strides {tuple(t.stride())}",
+                            "strides that are multiples of 16 bytes (except the last dim)",
+                            "the mma16 kernel loads it with TMA")
+
+
+class Mma16Backend(Backend):
+    """The SM90 16-bit-MMA kernel: bf16/fp16 KV as is; fp8 e4m3 KV dequantised to f16 in-kernel."""
+
+    name = "mma16"
+    splits_kv = True
+
+    def unavailable(self) -> Optional[str]:
+        for module, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
+            if importlib.util.find_spec(module) is None:
+                return f"{dist} is not installed"
+        return None
+
+    def unsupported(self, problem: Problem, target) -> Optional[str]:
+        if not target.is_sm90:
+            return f"needs an SM90 GPU (H100/H200), got {target.describe()}"
+        ok, why = self.make_config(problem, target).can_implement()
+        return None if ok else why
+
+    def make_config(self, problem: Problem, target):
+        from cute_kernels.config import default_config
+
+        return default_config(
+            kv_dtype=_dtype_name(problem.kv_dtype),
+            q_dtype=_dtype_name(problem.q_dtype),
+            mask=mask_kind(problem),
+            paged=problem.paged,
+            page_size=problem.page_size,
+            group=problem.group_size,
+            split=False,  # set per launch from plan.num_splits
+            descale=tuple(mode != "none" for mode in problem.descale_modes),
+        )
+
+    def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:
+        """Run the kernel; ``config`` overrides ``plan.config`` (A/B profiling, diagnostic stages).
+
+        ``trace_addr``: device-visible address of a host-mapped int32 buffer of
+        `cute_kernels.config.TRACE_BUFFER_WORDS` words, used by ``config.trace`` variants only
+        (profiles/gpu_mma16_smoke.py --diag --trace); 0 otherwise.
+        """
+        from . import compile_cache
+
+        problem: Problem = plan.problem
+        num_splits = max(1, int(plan.num_splits))
+        cfg = (config or plan.config).with_(split=num_splits > 1)
+        q, k, v = args.q, args.k, args.v
+        if k.dtype == torch.float8_e4m3fn:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
+            k, v = k.view(torch.uint8), v.view(torch.uint8)
+        total_q, hq = q.shape[0], q.shape[1]
+        device = q.device
+        if problem.max_seqlen_q == 0 or total_q == 0:
+            return torch.full((hq, total_q), float("-inf"), dtype=torch.float32, device=device)
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            _check_tma_operand(name, t)
+
+        wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
+        wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
+        stream = torch.cuda.current_stream(device).cuda_stream
+        fwd = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
+        lse = torch.empty((hq, total_q), dtype=torch.float32, device=device)
+        common = (
+            args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
+            args.q_descale, args.k_descale, args.v_descale,
+            float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr),
+            stream,
+        )
+        if num_splits == 1:
+            fwd(q, k, v, out, lse, *common)
+            return lse
+        o_part = torch.empty((num_splits, total_q, hq, q.shape[2]), dtype=torch.float32, device=device)
+        lse_part = torch.empty((num_splits, hq, total_q), dtype=torch.float32, device=device)
+        fwd(q, k, v, o_part, lse_part, *common)
+        combine = compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype))
+        combine(o_part, lse_part, out, lse, args.cu_seqlens_q, num_splits, stream)
+        return lse
+
+
+__all__ = ["Mma16Backend", "mask_kind", "WINDOW_INF"]

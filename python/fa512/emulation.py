@@ -1,0 +1,519 @@
+"""Numeric emulations of the kernels' arithmetic, in PyTorch, runnable on CPU.
+
+An emulation reproduces what a kernel rounds and in which order it accumulates, so that
+(1) a GPU kernel can be checked against the emulation of its own design to rel L2 <= 5e-4
+(that pins down that it computes what we think it does), and (2) the accuracy cost of each
+FP8 design can be measured against the float64 reference without a GPU (`python -m fa512 ab`).
+
+Designs (`make_design`):
+
+``dequant`` (the control: ``mma16`` on an fp8 KV cache)
+    K/V upcast exactly from e4m3 to fp16; a bf16 Q is narrowed to fp16 (SM90 converts e4m3
+    to fp16 in one instruction and to bf16 in none); QK in fp32; online softmax over key blocks
+    visited from high to low; P rounded to fp16 for PV; fp32 accumulation; row_sum from fp32 P.
+    On a 16-bit KV cache the same design is ``mma16`` itself, with Q and P in the KV dtype.
+``fa512_fp8`` (``fp8_mma``)
+    Q quantised by the kernel to e4m3 with a scale per query row (amax / 448), folded into the
+    exp2 scale of that row; QK e4m3 x e4m3 -> fp32; P = exp2(s * scale_log2 - m + 8), so
+    P is in [0, 256], converted to e4m3 (row_sum from fp32 P; 8 ln2 leaves the lse); PV
+    e4m3 x e4m3 accumulated per key block and promoted into fp32 O, which is rescaled by
+    exp2(m_old - m_new) in fp32. ``two_term_q`` adds the accuracy mode Q ~ Q_hi + Q_lo
+    (both e4m3, same scale, two products into the same S).
+``anchor_fp8`` (the vLLM fork's FP8 design)
+    Q quantised to e4m3 with one per-tensor scale taken from q_descale: the framework sends
+    q_true / q_descale, which in this op's contract (logits = (q.k) * q_descale * ...) is q
+    itself, so Q8 = e4m3(q) (saturating at 448); P converted to e4m3 without an offset
+    (P in [0, 1]: anything below 2^-10 flushes to 0).
+
+Every design folds softmax_scale, q_descale and k_descale (and its own Q row scale) into
+one fp32 exp2 scale per row, and applies v_descale / row_sum once at the end, as the kernels
+do. Masks, GQA, paging, descales and splits follow `fa512.reference` (its helpers are reused).
+
+Not modelled unless asked: the reduced-precision accumulation of FP8 wgmma (``acc_bits``:
+an approximate model that truncates the accumulator to that many mantissa bits after each
+k=32 step), the ex2.approx error (~2 ulp of fp32) and the fp32 summation order inside an MMA.
+Those are at the 1e-6 level next to the 1e-2..1e-4 effects modelled here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+
+from .errors import arg_error
+from .reference import _gather_kv, _visible, merge_partials, split_key_ranges
+from .validate import FwdArgs, Problem
+
+E4M3_MAX = 448.0
+# log2 offset added to P before its e4m3 conversion in fa512_fp8: P in [0, 2^8], so only
+# P < ~2^-18 of the row max rounds to 0 (2^-10 without the offset); see design notes sec. 2.
+P_OFFSET_LOG2 = 8.0
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+# FP8 wgmma consumes k in steps of 32; the acc_bits model truncates after each step.
+FP8_K_STEP = 32
+# Elements of one fp32 working tensor (logits, P, Q or O) per row chunk: 2^23 -> 32 MB.
+_CHUNK_ELEMS = 1 << 23
+
+DESIGN_NAMES = ("dequant", "fa512_fp8", "anchor_fp8")
+_Q_MODES = ("mma16", "row_e4m3", "tensor_e4m3", "exact")
+_P_MODES = ("mma16", "e4m3")
+
+
+@dataclass(frozen=True)
+class Design:
+    """One kernel's numerics. Build with `make_design`; vary fields with `dataclasses.replace`.
+
+    q_mode : "mma16" (Q narrowed to the 16-bit MMA dtype), "row_e4m3" (per-row scale
+        amax/448), "tensor_e4m3" (e4m3(q), per-tensor scale = q_descale) or "exact"
+        (fp32 Q: isolates the P error of a design).
+    p_mode : "mma16" (P rounded to the 16-bit MMA dtype) or "e4m3".
+    p_offset : log2 offset added to P before rounding (8 for fa512_fp8), taken out of the lse.
+    two_term_q : Q ~ Q_hi + Q_lo, both e4m3 with the row scale (only with "row_e4m3").
+    block_n : keys per block of the online softmax (the kernel's tile_n).
+    acc_bits : None for exact fp32 accumulation, or the mantissa bits FP8 wgmma keeps per
+        k=32 step (an approximate model; DeepSeek-V3 reports ~14).
+    pv_promote : accumulate each key block's PV into a zeroed temporary and add it into the
+        fp32 O (True, the kernel's guard), or accumulate into O directly (False: shows the
+        drift of reduced-precision accumulation at long context when ``acc_bits`` is set).
+    q_scale_pow2 : with "row_e4m3", round the row scale up to a power of two (a candidate
+        refinement: exact scaling, same e4m3 relative precision; see `quantize_q_rows`).
+    """
+
+    name: str
+    q_mode: str
+    p_mode: str
+    p_offset: float = 0.0
+    two_term_q: bool = False
+    block_n: int = 64
+    acc_bits: Optional[int] = None
+    pv_promote: bool = True
+    q_scale_pow2: bool = False
+
+    def __post_init__(self):
+        if self.q_mode not in _Q_MODES:
+            raise arg_error(ValueError, "q_mode", repr(self.q_mode), " | ".join(_Q_MODES))
+        if self.p_mode not in _P_MODES:
+            raise arg_error(ValueError, "p_mode", repr(self.p_mode), " | ".join(_P_MODES))
+        if self.two_term_q and self.q_mode != "row_e4m3":
+            raise arg_error(ValueError, "two_term_q", True, "False unless q_mode='row_e4m3'")
+        if isinstance(self.block_n, bool) or not isinstance(self.block_n, int) or self.block_n < 1:
+            raise arg_error(ValueError, "block_n", self.block_n, "an int >= 1")
+        if self.acc_bits is not None and not 1 <= self.acc_bits <= 23:
+            raise arg_error(ValueError, "acc_bits", self.acc_bits, "None or an int in 1..23")
+
+    @property
+    def uses_fp8_mma(self) -> bool:
+        """Whether QK/PV run on e4m3 operands (so the acc_bits model applies)."""
+        return self.p_mode == "e4m3"
+
+    @property
+    def label(self) -> str:
+        """Short display name, e.g. 'fa512_fp8+2q', 'fa512_fp8[exactQ]', 'dequant/bn128'."""
+        text = self.name
+        if self.two_term_q:
+            text += "+2q"
+        if self.q_scale_pow2:
+            text += "+p2"
+        if self.q_mode == "exact" and self.name != "exact":
+            text += "[exactQ]"
+        if self.block_n != 64:
+            text += f"/bn{self.block_n}"
+        if self.acc_bits is not None:
+            text += f"/acc{self.acc_bits}" + ("" if self.pv_promote else "-nopromote")
+        return text
+
+
+def make_design(
+    name: str,
+    *,
+    block_n: int = 64,
+    two_term_q: bool = False,
+    acc_bits: Optional[int] = None,
+    pv_promote: bool = True,
+) -> Design:
+    """The numerics of ``name`` in `DESIGN_NAMES`, with the given block size and modes."""
+    if name == "dequant":
+        base = Design("dequant", q_mode="mma16", p_mode="mma16")
+    elif name == "fa512_fp8":
+        base = Design("fa512_fp8", q_mode="row_e4m3", p_mode="e4m3", p_offset=P_OFFSET_LOG2)
+    elif name == "anchor_fp8":
+        base = Design("anchor_fp8", q_mode="tensor_e4m3", p_mode="e4m3", p_offset=0.0)
+    else:
+        raise arg_error(ValueError, "design", repr(name), " | ".join(repr(n) for n in DESIGN_NAMES))
+    if two_term_q and name != "fa512_fp8":
+        raise arg_error(ValueError, "two_term_q", True, "False unless design='fa512_fp8'")
+    return dataclasses.replace(
+        base, block_n=block_n, two_term_q=two_term_q, acc_bits=acc_bits, pv_promote=pv_promote
+    )
+
+
+# -- rounding primitives -------------------------------------------------------------------
+
+
+def to_e4m3(x: torch.Tensor) -> torch.Tensor:
+    """Round to float8_e4m3fn like ``cvt.rn.satfinite``: nearest-even, saturating at +-448."""
+    return x.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def round_e4m3(x: torch.Tensor) -> torch.Tensor:
+    """``x`` rounded to e4m3 and returned in x's dtype."""
+    return to_e4m3(x).to(x.dtype)
+
+
+def truncate_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Keep ``bits`` mantissa bits (after the leading one) of each element, rounding to zero."""
+    mant, exp = torch.frexp(x)  # x = mant * 2**exp, |mant| in [0.5, 1)
+    scale = float(2 ** (bits + 1))
+    return torch.ldexp(torch.trunc(mant * scale) / scale, exp)
+
+
+def quantize_q_rows(q: torch.Tensor, two_term: bool = False, pow2: bool = False):
+    """Per-row e4m3 quantisation of Q as fa512_fp8 does it.
+
+    Parameters
+    ----------
+    q : (..., D) tensor (bf16/fp16/fp32).
+    two_term : also return the e4m3 residual Q_lo (same scale) so Q ~ (Q_hi + Q_lo) * scale.
+    pow2 : round the scale up to a power of two (amax lands in (224, 448]); then q / scale is
+        exact and Q_hi equals e4m3(q) rescaled, wherever q is in e4m3's normal range.
+
+    Returns
+    -------
+    (q_hi, q_lo, scale) : q_hi/q_lo (..., D) float32 holding e4m3 values (q_lo zeros when not
+    two_term), scale (..., 1) float32 = amax / 448 (1 for all-zero rows).
+    """
+    qf = q.float()
+    amax = qf.abs().amax(dim=-1, keepdim=True)
+    nonzero = amax > 0
+    scale = torch.where(nonzero, amax / E4M3_MAX, torch.ones_like(amax))
+    if pow2:
+        mant, exp = torch.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)
+        scale = torch.ldexp(torch.ones_like(scale), exp - (mant == 0.5).to(exp.dtype))
+        inv = 1.0 / scale
+    else:
+        inv = torch.where(nonzero, E4M3_MAX / amax, torch.ones_like(amax))
+    scaled = qf * inv
+    q_hi = round_e4m3(scaled)
+    q_lo = round_e4m3(scaled - q_hi) if two_term else torch.zeros_like(q_hi)
+    return q_hi, q_lo, scale
+
+
+def _mma16_dtype(problem: Problem) -> torch.dtype:
+    """The 16-bit MMA dtype of mma16: fp16 for an fp8 cache (one-instruction upcast), else the KV dtype."""
+    return torch.float16 if problem.kv_is_fp8 else problem.kv_dtype
+
+
+def _q_operand(q: torch.Tensor, design: Design, mma16_dtype: torch.dtype):
+    """(q_op float32, row_scale (..., 1) float32) for (..., D) queries."""
+    if design.q_mode == "mma16":
+        return q.to(mma16_dtype).float(), None
+    if design.q_mode == "row_e4m3":
+        q_hi, q_lo, scale = quantize_q_rows(q, design.two_term_q, design.q_scale_pow2)
+        # Q_hi + Q_lo is exact in fp32 (at most ~17 significant bits), so one product equals
+        # the two QGMMAs accumulated into the same S.
+        return q_hi + q_lo, scale
+    if design.q_mode == "tensor_e4m3":
+        return round_e4m3(q.float()), None
+    return q.float(), None
+
+
+def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch.Tensor:
+    if design.p_mode == "e4m3":
+        return round_e4m3(p)
+    return p.to(mma16_dtype).float()
+
+
+def _mma(a: torch.Tensor, b: torch.Tensor, acc: Optional[torch.Tensor], acc_bits: Optional[int]) -> torch.Tensor:
+    """acc + a @ b over the last dim of a, fp32; with ``acc_bits``, truncated after each k=32 step."""
+    if acc_bits is None:
+        prod = torch.matmul(a, b)
+        return prod if acc is None else acc + prod
+    out = torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.float32, device=a.device) if acc is None else acc
+    for k0 in range(0, a.shape[-1], FP8_K_STEP):
+        out = truncate_mantissa(out + torch.matmul(a[..., k0 : k0 + FP8_K_STEP], b[..., k0 : k0 + FP8_K_STEP, :]), acc_bits)
+    return out
+
+
+# -- the kernel loop -----------------------------------------------------------------------
+
+
+def _finish(o, row_sum, m, v_scale, design):
+    """Final normalisation: out = O * v_descale / row_sum, lse in natural log without the offset."""
+    m_safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    has = row_sum > 0
+    out = o * torch.where(has, v_scale / row_sum, torch.zeros_like(row_sum))
+    lse = torch.where(has, (m_safe + torch.log2(row_sum) - design.p_offset) * LN2, torch.full_like(row_sum, -math.inf))
+    return out, lse.squeeze(-1)
+
+
+def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype):
+    """One split's online softmax over keys [lo, hi), computed for all blocks at once.
+
+    Arguments as `_attend_range_sequential`. Mathematically the kernel's loop: block j (visited
+    from high to low) rounds P against the running max m_j = max over blocks >= j, and its
+    PV reaches the final O scaled by the product of the later rescales, exp2(m_j - m_final).
+    Only fp32 rounding order differs from the loop (~1e-7): the vectorised form avoids
+    thousands of tiny ops, which on small CPUs cost far more than the arithmetic.
+    """
+    hkv, rows, d = q_op.shape
+    device = q_op.device
+    if hi <= lo:
+        return torch.zeros((hkv, rows, d), dtype=torch.float32, device=device), torch.full(
+            (hkv, rows), -math.inf, dtype=torch.float32, device=device
+        )
+    bn = design.block_n
+    # Blocks are aligned to multiples of block_n from key 0, as the kernel's n-blocks are.
+    b0, b1 = lo // bn, -(-hi // bn)
+    front, back = lo - b0 * bn, b1 * bn - hi
+    nb = b1 - b0
+    s = torch.matmul(q_op, k_op[:, lo:hi].transpose(-1, -2))
+    t = (s * scale_log2).masked_fill(~visible_fn(lo, hi), -math.inf)
+    t = torch.nn.functional.pad(t, (front, back), value=-math.inf).view(hkv, rows, nb, bn)
+    # Running max after visiting block j (blocks visited from high to low).
+    m_run = t.amax(dim=-1).flip(-1).cummax(dim=-1).values.flip(-1)  # (hkv, rows, nb)
+    m_safe = torch.where(m_run == -math.inf, torch.zeros_like(m_run), m_run)  # offset 0 while nothing is visible
+    p = torch.exp2(t - m_safe.unsqueeze(-1) + design.p_offset)
+    m_final = m_run[..., :1]  # after the last (lowest) block
+    m_end = torch.where(m_final == -math.inf, torch.zeros_like(m_final), m_final)
+    # Weight of block j in the final O and row_sum: the later rescales, exp2(m_j - m_final) <= 1.
+    w = torch.where(m_run == -math.inf, torch.zeros_like(m_run), torch.exp2(m_safe - m_end))
+    row_sum = (p.sum(dim=-1) * w).sum(dim=-1, keepdim=True)
+    p_op = (_round_p(p, design, mma16_dtype) * w.unsqueeze(-1)).view(hkv, rows, nb * bn)[..., front : front + hi - lo]
+    o = torch.matmul(p_op, v_op[:, lo:hi])
+    return _finish(o, row_sum, m_final, v_scale, design)
+
+
+def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype):
+    """One split's online softmax over keys [lo, hi), block by block from high to low, as the kernel.
+
+    q_op (Hkv, R, D) fp32 (R = G * n rows, g-major); k_op, v_op (Hkv, K, D) fp32; scale_log2 (Hkv, R, 1) fp32; v_scale (Hkv, 1, 1); visible_fn(j0, j1) -> (R, j1-j0)
+    bool. Returns out (Hkv, R, D) fp32 (normalised, v_descale applied) and lse (Hkv, R) fp32.
+    Used when the reduced-precision accumulation model (``acc_bits``) needs the real order.
+    """
+    hkv, rows, d = q_op.shape
+    device = q_op.device
+    acc_bits = design.acc_bits if design.uses_fp8_mma else None
+    m = torch.full((hkv, rows, 1), -math.inf, dtype=torch.float32, device=device)
+    row_sum = torch.zeros((hkv, rows, 1), dtype=torch.float32, device=device)
+    o = torch.zeros((hkv, rows, d), dtype=torch.float32, device=device)
+    bn = design.block_n
+    starts = range((lo // bn) * bn, hi, bn) if hi > lo else range(0)
+    for j0 in reversed(starts):
+        j0c, j1 = max(j0, lo), min(j0 + bn, hi)
+        visible = visible_fn(j0c, j1)
+        if not bool(visible.any()):
+            continue  # the kernel skips blocks masked for every row; numerically a no-op
+        s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, acc_bits)
+        t = (s * scale_log2).masked_fill(~visible, -math.inf)
+        m_new = torch.maximum(m, t.amax(dim=-1, keepdim=True))
+        # A row with no visible key so far uses offset 0 (no -inf - -inf = NaN).
+        m_safe = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
+        alpha = torch.exp2(m - m_safe)
+        p = torch.exp2(t - m_safe + design.p_offset)
+        row_sum = row_sum * alpha + p.sum(dim=-1, keepdim=True)
+        p_op = _round_p(p, design, mma16_dtype)
+        if acc_bits is not None and not design.pv_promote:
+            o = _mma(p_op, v_op[:, j0c:j1], o * alpha, acc_bits)
+        else:
+            o = o * alpha + _mma(p_op, v_op[:, j0c:j1], None, acc_bits)
+        m = m_new
+    return _finish(o, row_sum, m, v_scale, design)
+
+
+def emulate_forward(
+    problem: Problem,
+    args: FwdArgs,
+    design: Union[str, Design] = "fa512_fp8",
+    num_splits: int = 1,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Emulate a kernel design on validated arguments (the style of `reference_forward`).
+
+    Parameters
+    ----------
+    problem, args : from `fa512.validate.validate`.
+    design : a name in `DESIGN_NAMES` or a `Design`.
+    num_splits : split-KV pieces (`split_key_ranges` over ``design.block_n``), each emulated
+        alone and merged in fp32 as the combine kernel does.
+    out_dtype : dtype of the returned out; default q's dtype (what the kernel writes). Pass
+        torch.float32 to see the design's error without the final cast.
+
+    Returns
+    -------
+    out : (total_q, Hq, 512) in ``out_dtype``; rows past cu_seqlens_q[B] are 0.
+    lse : (Hq, total_q) float32, natural log; -inf for rows with no visible key.
+    """
+    with _ieee_fp32_matmul():
+        return _emulate_forward(problem, args, design, num_splits, out_dtype)
+
+
+@contextlib.contextmanager
+def _ieee_fp32_matmul():
+    """fp32 matmuls without TF32 while emulating: two-term Q and the block-weighted P are not
+    exact in TF32 (a CUDA process may have enabled it); the setting is restored afterwards."""
+    try:
+        prev = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+    except RuntimeError:  # the process uses torch's newer fp32_precision API; leave it alone
+        prev = None
+    try:
+        yield
+    finally:
+        if prev is not None:
+            torch.set_float32_matmul_precision(prev)
+
+
+def _emulate_forward(
+    problem: Problem,
+    args: FwdArgs,
+    design: Union[str, Design] = "fa512_fp8",
+    num_splits: int = 1,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(design, str):
+        design = make_design(design)
+    if design.p_mode == "e4m3" and not problem.kv_is_fp8:
+        raise arg_error(
+            TypeError, "k", f"dtype {problem.kv_dtype}", f"torch.float8_e4m3fn for the {design.name} design",
+            "FP8 designs read an e4m3 cache; use design='dequant' (mma16) for 16-bit K/V",
+        )
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
+        raise arg_error(ValueError, "num_splits", num_splits, "an int >= 1")
+    out_dtype = problem.q_dtype if out_dtype is None else out_dtype
+    total_q, hq, d = args.q.shape
+    hkv, group = problem.num_kv_heads, problem.group_size
+    device = args.q.device
+    mma16_dtype = _mma16_dtype(problem)
+    result = torch.zeros(total_q, hq, d, dtype=torch.float32, device=device)
+    lse_all = torch.full((hq, total_q), -math.inf, dtype=torch.float32, device=device)
+    cu_q = args.cu_seqlens_q.tolist()
+    used = args.seqused_k.tolist()
+    ones = torch.ones(problem.batch, hkv, dtype=torch.float32, device=device)
+    qd, kd, vd = (ones if t is None else t.float() for t in (args.q_descale, args.k_descale, args.v_descale))
+    sequential = design.acc_bits is not None and design.uses_fp8_mma
+    attend = _attend_range_sequential if sequential else _attend_range_blocked
+
+    for b in range(problem.batch):
+        q0, q1 = cu_q[b], cu_q[b + 1]
+        seqlen_q, seqlen_k = q1 - q0, used[b]
+        if seqlen_q <= 0:
+            continue
+        k, v = _gather_kv(problem, args, b, seqlen_k)
+        # Operands as the MMAs see them (e4m3 and 16-bit values are exact in fp32), (Hkv, K, D);
+        # QK reads K transposed through a view, which matmul handles without a copy.
+        k_op = k.float().transpose(0, 1)
+        v_op = v.float().transpose(0, 1)
+        if hkv > 1:
+            k_op, v_op = k_op.contiguous(), v_op.contiguous()
+        # softmax_scale * q_descale * k_descale * log2(e), one fp32 value per kv head.
+        head_scale = (problem.softmax_scale * LOG2E * qd[b] * kd[b]).view(hkv, 1, 1)
+        v_scale = vd[b].view(hkv, 1, 1)
+        ranges = split_key_ranges(seqlen_k, num_splits, design.block_n)
+        # Rows per chunk: bound the (rows x keys) logits and the (rows x D) Q/O working sets.
+        chunk = max(1, min(_CHUNK_ELEMS // (hq * max(seqlen_k, 1)), _CHUNK_ELEMS // (hq * d)))
+        for i0 in range(0, seqlen_q, chunk):
+            i1 = min(seqlen_q, i0 + chunk)
+            n = i1 - i0
+            # (n, Hq, D) -> (Hkv, G * n, D), rows g-major: query head h = kv_head * G + g.
+            qc = args.q[q0 + i0 : q0 + i1].reshape(n, hkv, group, d).permute(1, 2, 0, 3).reshape(hkv, group * n, d)
+            q_op, row_scale = _q_operand(qc, design, mma16_dtype)
+            scale_log2 = head_scale if row_scale is None else head_scale * row_scale
+            scale_log2 = scale_log2.expand(hkv, group * n, 1)
+            rows = torch.arange(i0, i1, device=device)
+
+            def visible_fn(j0, j1, rows=rows):
+                keys = torch.arange(j0, j1, device=device)
+                return _visible(problem, rows, keys, seqlen_q, seqlen_k).repeat(group, 1)
+
+            o_parts, lse_parts = [], []
+            for lo, hi in ranges:
+                o, lse = attend(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype)
+                o_parts.append(o)
+                lse_parts.append(lse)
+            if len(o_parts) == 1:
+                o, lse = o_parts[0], lse_parts[0]
+            else:
+                o, lse = merge_partials(torch.stack(o_parts), torch.stack(lse_parts))
+            result[q0 + i0 : q0 + i1] = o.view(hkv, group, n, d).permute(2, 0, 1, 3).reshape(n, hq, d)
+            lse_all[:, q0 + i0 : q0 + i1] = lse.view(hq, n)
+    return result.to(out_dtype), lse_all
+
+
+def emulate_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    cu_seqlens_q: torch.Tensor,
+    seqused_k: torch.Tensor,
+    page_table: Optional[torch.Tensor] = None,
+    cu_seqlens_k: Optional[torch.Tensor] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_left: int = -1,
+    window_right: int = -1,
+    q_descale: Optional[torch.Tensor] = None,
+    k_descale: Optional[torch.Tensor] = None,
+    v_descale: Optional[torch.Tensor] = None,
+    design: Union[str, Design] = "fa512_fp8",
+    block_n: Optional[int] = None,
+    two_term_q: Optional[bool] = None,
+    acc_bits: Optional[int] = None,
+    num_splits: int = 1,
+    out_dtype: Optional[torch.dtype] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Emulate a kernel design with `fa512.attention`'s arguments.
+
+    ``design`` is a name in `DESIGN_NAMES` or a `Design`; ``block_n``, ``two_term_q`` and
+    ``acc_bits``, when given, override the design's fields. Returns (out in q's dtype unless
+    ``out_dtype``, lse (Hq, total_q) float32), like the kernel would.
+
+    Examples
+    --------
+    >>> out, lse = emulate_attention(q, k8, v8, cu_seqlens_q=cu_q, seqused_k=used,
+    ...                              page_table=pt, softmax_scale=1.0, causal=True,
+    ...                              k_descale=kd, v_descale=vd, design="fa512_fp8")
+    """
+    from .api import validate_call
+
+    if isinstance(design, str):
+        design = make_design(design)
+    changes = {}
+    if block_n is not None:
+        changes["block_n"] = block_n
+    if two_term_q is not None:
+        changes["two_term_q"] = two_term_q
+    if acc_bits is not None:
+        changes["acc_bits"] = acc_bits
+    if changes:
+        design = dataclasses.replace(design, **changes)
+    problem, args = validate_call(
+        q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+        window_left=window_left, window_right=window_right, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, kernel="reference",
+    )
+    return emulate_forward(problem, args, design, num_splits, out_dtype)
+
+
+__all__ = [
+    "DESIGN_NAMES",
+    "Design",
+    "E4M3_MAX",
+    "P_OFFSET_LOG2",
+    "emulate_attention",
+    "emulate_forward",
+    "make_design",
+    "quantize_q_rows",
+    "round_e4m3",
+    "to_e4m3",
+    "truncate_mantissa",
+]

@@ -1,0 +1,456 @@
+"""The SM90 CuTe DSL kernels (cute_kernels/, fa512.compile_cache, fa512.cute_backend).
+
+CPU (no GPU needed): configs and their smem budgets; compiling representative variants for
+sm_90a against fake tensors and checking the SASS (HGMMA shapes, setmaxnreg budgets, no
+STL/LDL, smem <= 227 KB); the disk cache (a new process loads a cached kernel fast, concurrent
+builders do not corrupt it). About a minute on 2 cores.
+
+GPU (``-m gpu``, H100/H200): `Mma16Backend` against the float64 reference over masks, layouts,
+GQA packing, splits, descales, empty rows/sequences and a CUDA-graph replay with new lengths.
+The kernel first hung on an H200 (setmaxnreg budgets above the CTA register pool); after the
+fix profiles/gpu_mma16_smoke.py passed --diag (9/9) and --quick (27/27) there on 2026-11-29.
+If a change makes it hang, ``profiles/gpu_mma16_smoke.py --diag`` finds the stage without
+hanging the machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+HAS_DSL = importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("tvm_ffi") is not None
+needs_dsl = pytest.mark.skipif(not HAS_DSL, reason="nvidia-cutlass-dsl / apache-tvm-ffi not installed")
+
+from cute_kernels.config import SMEM_LIMIT, Sm90FwdConfig, default_config, variant_list  # noqa: E402
+
+
+# ---------------------------------------------------------------------------------------
+# configs (pure Python)
+# ---------------------------------------------------------------------------------------
+def test_variant_list_is_buildable_and_keys_unique():
+    variants = variant_list()
+    keys = [c.key() for c in variants]
+    assert len(keys) == len(set(keys))
+    for cfg in variants:
+        ok, why = cfg.can_implement()
+        assert ok, (cfg.key(), why)
+        assert cfg.smem_bytes() <= SMEM_LIMIT
+
+
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        (dict(tile_n=48), "tile_n"),
+        (dict(tile_n=32, kv_stages=3), "shared memory"),
+        (dict(kv_layout="paged", page_size=48), "page_size"),
+        (dict(qhead_per_kvhead=3), "divide"),
+        (dict(consumer_regs=248), "register file"),
+        (dict(producer_regs=32, consumer_regs=240), "register pool"),  # fits 65536, not the pool: the H200 hang
+        (dict(stage="half"), "stage"),
+        (dict(mma_path="f16"), "q_dtype"),
+        (dict(mask="sliding"), "mask"),
+    ],
+)
+def test_can_implement_names_the_problem(changes, fragment):
+    ok, why = Sm90FwdConfig(**changes).can_implement()
+    assert not ok and fragment in why
+
+
+def test_register_budget_fits_the_cta_pool():
+    """setmaxnreg.inc waits until the CTA pool (launch REG x threads) serves it: the budgets must fit
+    168 x 384 = 64512, not 65536 (32 + 2 x 240 = 65536 hung every launch on an H200)."""
+    from cute_kernels.config import LAUNCH_REGS, REGISTER_POOL
+    from cute_kernels.pipeline_checks import PipelineCheckError, check_register_split
+
+    assert (LAUNCH_REGS, REGISTER_POOL) == (168, 64512)
+    for cfg in variant_list():
+        assert (cfg.producer_regs + 2 * cfg.consumer_regs) * 128 <= REGISTER_POOL, cfg.key()
+    check_register_split(24, 240, 2, 384)
+    with pytest.raises(PipelineCheckError, match="CTA pool"):
+        check_register_split(32, 240, 2, 384)
+
+
+def test_sass_register_pool_check():
+    from fa512.compile_cli import register_pool_problem
+
+    assert register_pool_problem(["DEALLOC.CTAPOOL:24", "TRY_ALLOC.CTAPOOL:240"], 168, 384) is None
+    assert "wait forever" in register_pool_problem(["DEALLOC.CTAPOOL:32", "TRY_ALLOC.CTAPOOL:240"], 168, 384)
+    assert register_pool_problem([], 80, 128) is None  # no setmaxnreg (combine)
+
+
+def test_diag_stage_keys_and_trace_decoding():
+    from cute_kernels.config import STAGES, TRACE_BUFFER_WORDS, TRACE_EVENTS, decode_trace
+
+    base = Sm90FwdConfig()
+    keys = {base.with_(stage=st).key() for st in STAGES} | {base.with_(trace=True).key()}
+    assert len(keys) == len(STAGES) + 1 and base.key() in keys  # "full" keeps the production key
+    words = [0] * TRACE_BUFFER_WORDS
+    words[12:15] = [TRACE_EVENTS.index("consumer K ready: block, stage") + 1, 3, 0]
+    words[-4] = 7
+    lines = decode_trace(words)
+    assert "warp  4 (WG1): last event 'consumer K ready: block, stage' (3, 0)" in lines[4]
+    assert lines[-1].endswith(": 7")
+
+
+def test_default_config_shapes():
+    cfg = default_config(kv_dtype="bf16", q_dtype="bf16", mask="causal", paged=True, page_size=16, group=8)
+    assert not cfg.can_implement()[0]  # page_size 16 < tile_n: refused with a reason
+    cfg = default_config(kv_dtype="bf16", q_dtype="bf16", mask="causal", paged=True, page_size=32, group=8)
+    assert cfg.tile_n == 32 and cfg.kv_stages == 2 and cfg.can_implement()[0]
+    cfg = default_config(kv_dtype="f16", q_dtype="f16", mask="none", paged=False, group=6)
+    assert cfg.qhead_per_kvhead == 1  # 6 does not divide 64: no packing
+
+
+# ---------------------------------------------------------------------------------------
+# block ranges and masks (the kernel's integer arithmetic, run on Python ints)
+# ---------------------------------------------------------------------------------------
+def _kernel_visible_keys(kind, g, tile_n, sq, sk, wl, wr, m_block, split, num_splits):
+    """Keys the kernel treats as visible, per tile row, walking blocks exactly like the kernel."""
+    from cute_kernels.mask import PY_OPS, WINDOW_INF, TileGeometry
+
+    geo = TileGeometry(PY_OPS, kind, 64, tile_n, g, m_block, sq, sk,
+                       wl if wl >= 0 else WINDOW_INF, wr if wr >= 0 else WINDOW_INF)
+    n_min, n_max = geo.block_range(split, num_splits, num_splits > 1)
+    seen = {r: set() for r in range(64)}
+    for n in range(n_max - 1, n_min - 1, -1):
+        masked = n == n_max - 1 or geo.needs_mask(n)
+        for r in range(64):
+            lo, hi = geo.visible_cols(r, n) if masked else (0, tile_n - 1)
+            seen[r].update(n * tile_n + c for c in range(tile_n) if lo <= c <= hi)
+    return seen
+
+
+@pytest.mark.skipif(not HAS_DSL, reason="cute_kernels.mask imports the DSL")
+@pytest.mark.parametrize("seed", range(6))
+def test_block_ranges_and_masks_match_the_contract(seed):
+    """Every tile/split visits exactly the visible keys; boundary blocks are the masked ones."""
+    import random
+
+    from fa512.reference import split_key_ranges
+
+    rng = random.Random(seed)
+    for _ in range(40):
+        kind = rng.choice(["none", "causal", "local"])
+        g = rng.choice([1, 2, 8, 16])
+        tile_n = rng.choice([32, 64])
+        sq = rng.choice([0, 1, 3, 17, 64, 130])
+        sk = rng.choice([0, 1, 31, 64, 65, 200, 700])
+        wl, wr = -1, -1
+        if kind == "causal":
+            wr = 0
+        elif kind == "local":
+            wl, wr = rng.choice([(-1, 5), (0, 0), (10, -1), (70, 3), (200, 0), (1, 1)])
+        num_splits = rng.choice([1, 1, 2, 3, 7])
+        ranges = split_key_ranges(sk, num_splits, 64)
+        for m_block in range(-(-sq * g // 64)):
+            for split in range(num_splits):
+                seen = _kernel_visible_keys(kind, g, tile_n, sq, sk, wl, wr, m_block, split, num_splits)
+                lo_k, hi_k = ranges[split]
+                for r in range(64):
+                    q = (m_block * 64 + r) // g
+                    if q >= sq:
+                        continue
+                    pos = q + sk - sq
+                    want = {
+                        j for j in range(lo_k, hi_k)
+                        if (wl < 0 or j >= pos - wl) and (wr < 0 or j <= pos + wr)
+                    }
+                    assert seen[r] == want, (kind, g, tile_n, sq, sk, wl, wr, num_splits, m_block, split, r)
+
+
+# ---------------------------------------------------------------------------------------
+# compile for sm_90a and read the SASS
+# ---------------------------------------------------------------------------------------
+COMPILE_CASES = [
+    # (config, expected HGMMA shapes)
+    (Sm90FwdConfig(mask="causal", qhead_per_kvhead=8), {"64x64x16.F32.BF16", "64x256x16.F32.BF16"}),
+    (
+        Sm90FwdConfig(mma_path="f16", q_dtype="f16", mask="local", kv_layout="paged", page_size=64,
+                      qhead_per_kvhead=8, split=True, descale=(True, True, True)),
+        {"64x64x16.F32", "64x256x16.F32"},
+    ),
+    (Sm90FwdConfig(tile_n=32, kv_stages=2, mask="none"), {"64x32x16.F32.BF16", "64x256x16.F32.BF16"}),
+    (
+        Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=2, mask="causal",
+                      kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True, descale=(True, True, True)),
+        {"64x32x16.F32", "64x256x16.F32"},
+    ),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("cfg, shapes", COMPILE_CASES, ids=[c.key() for c, _ in COMPILE_CASES])
+def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
+    from fa512.compile_cache import KernelSpec, compile_spec
+    from fa512.compile_cli import inspect_cubin
+
+    res = compile_spec(KernelSpec("fwd", cfg), "sm_90a")
+    assert ".target sm_90a" in res.ptx
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(res.cubin)
+    rep = inspect_cubin(cubin, cfg.key(), res.seconds, res.smem_struct_bytes, expect_hgmma=True)
+    assert rep.ok, rep.problems
+    assert set(rep.hgmma) == shapes
+    # split_d: QK is K=256 per warpgroup -> 16 instructions per copy, 2 copies (first block + loop)
+    assert rep.hgmma[next(s for s in shapes if not s.startswith("64x256"))] == 2 * 256 // 16
+    assert rep.setmaxnreg == [f"DEALLOC.CTAPOOL:{cfg.producer_regs}", f"TRY_ALLOC.CTAPOOL:{cfg.consumer_regs}"]
+    assert rep.spill_instructions == 0 and rep.local == 0
+    assert rep.smem == cfg.smem_bytes() <= SMEM_LIMIT
+    # the K/V pipelines expect exactly the bytes of one block's TMA boxes
+    kv_bytes = cfg.tile_n * 512 * (1 if cfg.mma_path == "fp8_dequant" else 2)
+    assert f"{kv_bytes};" in res.ptx
+    if cfg.mma_path == "fp8_dequant":  # one-instruction e4m3x2 -> f16x2 conversions
+        assert "cvt.rn.f16x2.e4m3x2" in res.ptx
+
+
+@needs_dsl
+@pytest.mark.parametrize("stage, trace", [("setup", False), ("load", True), ("qk", False)])
+def test_diagnostic_stages_compile(stage, trace, tmp_path):
+    """The cuts profiles/gpu_mma16_smoke.py --diag launches compile; the trace writes sys-scope."""
+    from fa512.compile_cache import KernelSpec, compile_spec
+    from fa512.compile_cli import inspect_cubin
+
+    cfg = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8, stage=stage, trace=trace)
+    res = compile_spec(KernelSpec("fwd", cfg), "sm_90a")
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(res.cubin)
+    rep = inspect_cubin(cubin, cfg.key(), res.seconds, res.smem_struct_bytes, expect_hgmma=stage == "qk")
+    assert rep.setmaxnreg == [f"DEALLOC.CTAPOOL:{cfg.producer_regs}", f"TRY_ALLOC.CTAPOOL:{cfg.consumer_regs}"]
+    assert register_ok(rep)
+    if trace:  # heartbeat stores to host-mapped memory + printf (its buffers are the only local memory)
+        assert "atom.global.sys" in res.ptx and "vprintf" in res.ptx
+    else:
+        assert rep.ok, rep.problems
+        assert "vprintf" not in res.ptx
+
+
+def register_ok(rep) -> bool:
+    return not any("setmaxnreg budgets" in p for p in rep.problems)
+
+
+@needs_dsl
+def test_combine_compiles(tmp_path):
+    from fa512.compile_cache import KernelSpec, compile_spec
+    from fa512.compile_cli import inspect_cubin
+
+    res = compile_spec(KernelSpec("combine", "bf16"), "sm_90a")
+    cubin = tmp_path / "c.cubin"
+    cubin.write_bytes(res.cubin)
+    rep = inspect_cubin(cubin, "combine-bf16", res.seconds, 0, expect_hgmma=False)
+    assert rep.ok, rep.problems
+    assert "ld.global.v4" in res.ptx  # 16-byte partial loads
+
+
+# ---------------------------------------------------------------------------------------
+# disk cache
+# ---------------------------------------------------------------------------------------
+_LOAD_SNIPPET = textwrap.dedent(
+    """
+    import sys, time
+    from fa512.compile_cache import KernelSpec, get_kernel  # imports torch (not timed)
+    t0 = time.perf_counter()
+    fn = get_kernel(KernelSpec("combine", "f16"))
+    print(time.perf_counter() - t0, "cutlass" in sys.modules, type(fn).__name__)
+    """
+)
+
+
+def _run_python(code: str, cache: Path, timeout: float = 240.0) -> subprocess.CompletedProcess:
+    env = dict(os.environ, FA512_CACHE_DIR=str(cache), PYTHONPATH=f"{ROOT / 'python'}{os.pathsep}{ROOT}")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@needs_dsl
+def test_disk_cache_serves_a_new_process_fast(tmp_path):
+    first = _run_python(_LOAD_SNIPPET, tmp_path)
+    assert first.returncode == 0, first.stderr
+    second = _run_python(_LOAD_SNIPPET, tmp_path)
+    assert second.returncode == 0, second.stderr
+    seconds, imported_dsl, kind = second.stdout.split()
+    assert float(seconds) < 1.0, second.stdout  # issue 4: a cached variant in < 1 s
+    assert imported_dsl == "False"  # the cached .so loads through tvm-ffi alone
+    entries = list(tmp_path.rglob("*.so"))
+    assert len(entries) == 1
+
+
+@needs_dsl
+def test_disk_cache_concurrent_builders(tmp_path):
+    env = dict(os.environ, FA512_CACHE_DIR=str(tmp_path), PYTHONPATH=f"{ROOT / 'python'}{os.pathsep}{ROOT}")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _LOAD_SNIPPET], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert len(list(tmp_path.rglob("*.so"))) == 1
+    assert not list(tmp_path.rglob("*.tmp.*"))
+
+
+def test_corrupt_entry_is_quarantined(tmp_path, monkeypatch):
+    if not HAS_DSL:
+        pytest.skip("nvidia-cutlass-dsl not installed")
+    from fa512 import compile_cache
+
+    monkeypatch.setenv("FA512_CACHE_DIR", str(tmp_path))
+    spec = compile_cache.KernelSpec("combine", "bf16")
+    entry = compile_cache._entry_dir("sm_90a") / f"{spec.symbol()}.so"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(b"not an ELF")
+    fn = compile_cache._load_or_build(spec, "sm_90a")
+    assert fn is not None
+    assert entry.with_suffix(".so.bad").exists() and entry.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# GPU: the kernel against the reference
+# ---------------------------------------------------------------------------------------
+def _is_sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+requires_sm90 = pytest.mark.skipif(not (_is_sm90() and HAS_DSL), reason="needs an SM90 GPU and the DSL")
+
+TOL_OUT = {torch.bfloat16: 3e-3, torch.float16: 2e-3}
+TOL_LSE = 1e-3
+
+
+def make_case(*, dtype=torch.bfloat16, kv_dtype=None, hq=32, hkv=4, q_lens=(5,), k_lens=(300,), page_size=0,
+              causal=False, window=(-1, -1), descale=False, seed=0):
+    """Gaussian q/k/v on the GPU (logit std ~ 3 at softmax_scale 1/sqrt(512)), random page table."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    kv_dtype = kv_dtype or dtype
+    dev = "cuda"
+    b = len(q_lens)
+    total_q = sum(q_lens)
+    q = (torch.randn(total_q, hq, 512, generator=g) * 3.0).to(dtype).to(dev)
+    cu_q = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32, device=dev)
+    used = torch.tensor(k_lens, dtype=torch.int32, device=dev)
+    kw = dict(cu_seqlens_q=cu_q, seqused_k=used, max_seqlen_q=max(q_lens), max_seqlen_k=max(max(k_lens), 1),
+              causal=causal, window_left=window[0], window_right=window[1], softmax_scale=1 / math.sqrt(512))
+    if page_size:
+        pages_per_seq = max(1, -(-max(k_lens) // page_size))
+        num_pages = b * pages_per_seq + 3
+        k = torch.randn(num_pages, page_size, hkv, 512, generator=g).to(kv_dtype).to(dev)
+        v = torch.randn(num_pages, page_size, hkv, 512, generator=g).to(kv_dtype).to(dev)
+        kw["page_table"] = torch.randperm(num_pages, generator=g)[: b * pages_per_seq].view(b, pages_per_seq).int().to(dev)
+    else:
+        total_k = sum(k_lens) + 7
+        k = torch.randn(total_k, hkv, 512, generator=g).to(kv_dtype).to(dev)
+        v = torch.randn(total_k, hkv, 512, generator=g).to(kv_dtype).to(dev)
+        starts = [0]
+        for n in k_lens:
+            starts.append(starts[-1] + n)
+        kw["cu_seqlens_k"] = torch.tensor(starts, dtype=torch.int32, device=dev)
+    if descale:
+        kw["q_descale"] = (torch.rand(b, hkv, generator=g) + 0.5).to(dev)
+        kw["k_descale"] = (torch.rand(hkv, generator=g) + 0.5).to(dev)
+        kw["v_descale"] = torch.tensor(1.7, device=dev)
+    return q, k, v, kw
+
+
+def run_mma16(q, k, v, kw, num_splits=1, config=None):
+    from fa512.cute_backend import Mma16Backend
+    from fa512.dispatch import target_of
+    from fa512.validate import validate
+
+    backend = Mma16Backend()
+    problem, args = validate(
+        q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], kw["max_seqlen_q"],
+        kw["seqused_k"], kw["max_seqlen_k"], kw["softmax_scale"], kw["causal"], kw["window_left"],
+        kw["window_right"], kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), num_splits, "mma16",
+    )
+    target = target_of(q.device)
+    why = backend.unavailable() or backend.unsupported(problem, target)
+    assert why is None, why
+    plan = SimpleNamespace(problem=problem, config=config or backend.make_config(problem, target), num_splits=num_splits)
+    out = torch.empty_like(q)
+    lse = backend.launch(plan, args, out, config=config)
+    return out, lse
+
+
+def check_against_reference(q, k, v, kw, out, lse):
+    from fa512.reference import attention_ref
+
+    ref_out, ref_lse = attention_ref(q, k, v, **kw)
+    err = ((out.double() - ref_out).norm() / ref_out.norm().clamp_min(1e-30)).item()
+    tol = 2e-3 if k.dtype == torch.float8_e4m3fn else TOL_OUT[q.dtype]  # fp8 KV: f16 compute
+    assert err <= tol, f"rel L2 {err:.2e}"
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(fin, torch.isfinite(lse.double())), "empty rows must give lse = -inf"
+    if fin.any():
+        lerr = (lse.double()[fin] - ref_lse[fin]).abs().max().item()
+        assert lerr <= TOL_LSE, f"lse err {lerr:.2e}"
+    assert torch.isfinite(out).all()
+
+
+GPU_CASES = {
+    "prefill_full": dict(q_lens=(130,), k_lens=(130,)),
+    "prefill_causal_gqa": dict(q_lens=(200, 77), k_lens=(200, 77), causal=True),
+    "chunked_causal": dict(q_lens=(65,), k_lens=(1000,), causal=True),
+    "local": dict(q_lens=(150,), k_lens=(400,), window=(100, 3)),
+    "local_left_only": dict(q_lens=(90,), k_lens=(300,), window=(64, -1)),
+    "decode_paged": dict(q_lens=(1, 1, 1), k_lens=(1000, 5, 64), page_size=64),
+    "paged_causal_p128": dict(q_lens=(70,), k_lens=(700,), page_size=128, causal=True),
+    "empty_and_short": dict(q_lens=(3, 0, 4), k_lens=(0, 10, 2)),
+    "fp16_descale": dict(dtype=torch.float16, q_lens=(33,), k_lens=(333,), descale=True),
+    "q_longer_than_k_causal": dict(q_lens=(100,), k_lens=(40,), causal=True),
+    "hq8_hkv1": dict(hq=8, hkv=1, q_lens=(40,), k_lens=(260,), causal=True),
+    "fp8_dequant_paged": dict(kv_dtype=torch.float8_e4m3fn, q_lens=(70, 1), k_lens=(700, 333), page_size=64,
+                              causal=True, descale=True),
+    "fp8_dequant_packed_fp16q": dict(dtype=torch.float16, kv_dtype=torch.float8_e4m3fn, q_lens=(40,),
+                                     k_lens=(900,), descale=True),
+}
+
+
+@pytest.mark.gpu
+@requires_sm90
+@pytest.mark.parametrize("name", sorted(GPU_CASES))
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_gpu_matches_reference(name, num_splits):
+    q, k, v, kw = make_case(**GPU_CASES[name])
+    out, lse = run_mma16(q, k, v, kw, num_splits=num_splits)
+    torch.cuda.synchronize()
+    check_against_reference(q, k, v, kw, out, lse)
+
+
+@pytest.mark.gpu
+@requires_sm90
+def test_gpu_cuda_graph_replay_with_new_lengths():
+    q, k, v, kw = make_case(q_lens=(1, 1, 1, 1), k_lens=(2000, 2000, 2000, 2000), page_size=64)
+    run_mma16(q, k, v, kw, num_splits=8)  # compile + warm the caches outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = run_mma16(q, k, v, kw, num_splits=8)
+    for lens in ([2000, 1500, 3, 0], [64, 1999, 700, 1]):
+        kw["seqused_k"].copy_(torch.tensor(lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_against_reference(q, k, v, kw, out, lse)
+
+
+@pytest.mark.gpu
+@requires_sm90
+@pytest.mark.parametrize("kv_dtype,seqlen_q,kernel", [(torch.bfloat16, 1, "mma16"), (torch.float8_e4m3fn, 300, "mma16"),
+                                                       (torch.float8_e4m3fn, 1, "triton")])
+def test_gpu_auto_dispatch_runs_the_routed_kernel(kv_dtype, seqlen_q, kernel):
+    import fa512
+    from fa512 import op
+
+    q, k, v, kw = make_case(kv_dtype=kv_dtype, q_lens=(seqlen_q,), k_lens=(1000,), page_size=64, causal=True)
+    op.last_launch.clear()
+    out, lse = fa512.attention(q, k, v, **kw)
+    torch.cuda.synchronize()
+    assert op.last_launch["kernel"] == kernel
+    check_against_reference(q, k, v, kw, out, lse)

@@ -1,0 +1,303 @@
+"""CPU tests of fa512.emulation: rounding primitives, agreement with the reference where the
+design is exact, the accuracy ordering of the FP8 designs, masking, and scale folding."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from fa512.emulation import (
+    E4M3_MAX,
+    emulate_attention,
+    make_design,
+    quantize_q_rows,
+    round_e4m3,
+    to_e4m3,
+    truncate_mantissa,
+)
+from fa512.inputs import make_case
+from fa512.reference import attention_ref
+
+F32 = torch.float32
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def errors(case, designs, **kw) -> list:
+    """rel L2 (fp32 out, i.e. the design's own numerics) of each design against float64."""
+    ref, _ = attention_ref(case.q, case.k, case.v, **case.kwargs())
+    return [rel(emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=d, out_dtype=F32, **kw)[0], ref) for d in designs]
+
+
+def gaussian(std, seed=0, **kw):
+    shape = dict(heads="E2B", mode="chunked", batch=1, seqlen_k=1024, q_len=128, causal=False)
+    shape.update(kw)
+    return make_case("gaussian", logit_std=std, seed=seed, **shape)
+
+
+# -- rounding primitives ---------------------------------------------------------------------
+
+
+def test_to_e4m3_rounds_to_nearest_even_and_saturates():
+    x = torch.tensor([1.0, 1.0625, 1.1875, 448.0, 464.0, 1e9, -1e9, 2.0**-9, 2.0**-10, 1.5 * 2.0**-10, -3.0])
+    want = torch.tensor([1.0, 1.0, 1.25, 448.0, 448.0, 448.0, -448.0, 2.0**-9, 0.0, 2.0**-9, -3.0])
+    assert to_e4m3(x).dtype == torch.float8_e4m3fn
+    assert torch.equal(round_e4m3(x), want)
+    assert torch.isnan(round_e4m3(torch.tensor([math.nan]))).all()
+
+
+def test_truncate_mantissa_rounds_toward_zero():
+    x = torch.tensor([1 + 2.0**-5, -(1 + 2.0**-5), 3.0, 0.0])
+    assert torch.equal(truncate_mantissa(x, 4), torch.tensor([1.0, -1.0, 3.0, 0.0]))
+    assert torch.equal(truncate_mantissa(x, 5), x)
+
+
+def test_quantize_q_rows_scales_each_row_to_448():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(6, 512, generator=g) * torch.tensor([1e-3, 0.1, 1.0, 10.0, 1e3, 0.0]).unsqueeze(1)
+    q_hi, q_lo, scale = quantize_q_rows(q, two_term=True)
+    assert torch.equal(q_lo, round_e4m3(q_lo))  # the low term is e4m3 too
+    assert torch.allclose(q_hi.abs().amax(-1)[:5], torch.full((5,), E4M3_MAX))
+    assert scale[5].item() == 1.0 and not q_hi[5].any()  # all-zero row: scale 1, no NaN
+    one = (q_hi * scale - q)[:5].norm(dim=-1) / q[:5].norm(dim=-1)
+    two = ((q_hi + q_lo) * scale - q)[:5].norm(dim=-1) / q[:5].norm(dim=-1)
+    assert (one < 2.0**-4).all() and (two < one / 8).all()
+    _, _, s2 = quantize_q_rows(q[:5], pow2=True)
+    mant, _ = torch.frexp(s2)
+    assert (mant == 0.5).all()  # powers of two
+    ratio = q[:5].abs().amax(-1, keepdim=True) / s2
+    assert ((ratio > 224) & (ratio <= 448)).all()
+
+
+def test_make_design_refuses_bad_combinations():
+    with pytest.raises(ValueError, match="design"):
+        make_design("nope")
+    with pytest.raises(ValueError, match="two_term_q"):
+        make_design("anchor_fp8", two_term_q=True)
+    with pytest.raises(ValueError, match="block_n"):
+        make_design("fa512_fp8", block_n=0)
+    case = gaussian(1.0, kv_dtype=torch.bfloat16, seqlen_k=64, q_len=4)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        emulate_attention(case.q, case.k, case.v, **case.kwargs(), design="fa512_fp8")
+
+
+# -- agreement with the reference ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.float8_e4m3fn])
+def test_dequant_control_close_to_reference(kv_dtype):
+    # fp16 Q/K/V (16-bit KV: mma16's own numerics) and fp8 KV (upcast exactly): only the fp16
+    # rounding of P and fp32 accumulation separate the design from float64.
+    case = gaussian(3.0, q_dtype=torch.float16, kv_dtype=kv_dtype, causal=True, paged=True)
+    (err,) = errors(case, ["dequant"])
+    assert err <= 1e-3
+    out, lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design="dequant")
+    _, ref_lse = attention_ref(case.q, case.k, case.v, **case.kwargs())
+    assert out.dtype == torch.float16 and lse.dtype == F32
+    assert float((lse.double() - ref_lse).abs().max()) < 1e-4
+
+
+def test_single_block_matches_closed_form():
+    # With one key block the online softmax is a plain softmax: write the design out directly.
+    case = make_case("gaussian", heads="E2B", mode="decode", batch=1, seqlen_k=256, logit_std=3.0, seed=3, paged=False)
+    design = make_design("fa512_fp8", block_n=256)
+    out, lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=design, out_dtype=F32)
+    kw = case.kwargs()
+    k = case.k[:, 0].float()
+    v = case.v[:, 0].float()
+    q_hi, _, scale = quantize_q_rows(case.q[0])  # (8, 512) rows, one per query head
+    t = (q_hi @ k.T) * (scale * (kw["softmax_scale"] * float(kw["k_descale"][0, 0]) / math.log(2)))
+    m = t.amax(-1, keepdim=True)
+    p = torch.exp2(t - m + 8)
+    want = (round_e4m3(p) @ v) * (float(kw["v_descale"][0, 0]) / p.sum(-1, keepdim=True))
+    want_lse = (m.squeeze(-1) + torch.log2(p.sum(-1)) - 8) * math.log(2)
+    assert rel(out[0], want) < 1e-5
+    assert torch.allclose(lse[:, 0], want_lse, atol=1e-5)
+
+
+def test_paged_equals_packed_and_splits_stay_close():
+    paged = gaussian(3.0, seed=5, paged=True, causal=True, batch=2)
+    packed = gaussian(3.0, seed=5, paged=False, causal=True, batch=2)
+    a, la = emulate_attention(paged.q, paged.k, paged.v, **paged.kwargs(), out_dtype=F32)
+    b, lb = emulate_attention(packed.q, packed.k, packed.v, **packed.kwargs(), out_dtype=F32)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+    # Splits change where P is rounded (each split has its own running max) but not the level.
+    s, _ = emulate_attention(paged.q, paged.k, paged.v, **paged.kwargs(), num_splits=3, out_dtype=F32)
+    ref, _ = attention_ref(paged.q, paged.k, paged.v, **paged.kwargs())
+    assert 0.8 < rel(s, ref) / rel(a, ref) < 1.25
+    d1, _ = emulate_attention(paged.q, paged.k, paged.v, **paged.kwargs(), design="dequant", out_dtype=F32)
+    d3, _ = emulate_attention(paged.q, paged.k, paged.v, **paged.kwargs(), design="dequant", num_splits=3, out_dtype=F32)
+    assert rel(d3, d1) < 1e-3
+
+
+def test_gqa_equals_repeated_kv_heads():
+    case = make_case("gaussian", heads=(8, 2), mode="chunked", batch=1, seqlen_k=256, q_len=16, seed=2, paged=False)
+    kw = case.kwargs()
+    rep = dict(kw, k_descale=kw["k_descale"].repeat_interleave(4, dim=1), v_descale=kw["v_descale"].repeat_interleave(4, dim=1))
+    k8, v8 = case.k.repeat_interleave(4, dim=1), case.v.repeat_interleave(4, dim=1)
+    for design in ("dequant", "fa512_fp8", "anchor_fp8"):
+        a, la = emulate_attention(case.q, case.k, case.v, **kw, design=design, out_dtype=F32)
+        b, lb = emulate_attention(case.q, k8, v8, **rep, design=design, out_dtype=F32)
+        assert rel(a, b) < 1e-5 and torch.allclose(la, lb, atol=1e-5)
+
+
+# -- accuracy ordering of the FP8 designs ------------------------------------------------------
+
+
+@pytest.mark.parametrize("std", [3.0, 10.0])
+def test_fa512_p_path_beats_anchor(std):
+    # With Q left exact, the designs differ only in P: the +8 offset keeps probabilities below
+    # 2^-6 of the row max out of e4m3's subnormals (and below 2^-10 from flushing to 0).
+    f, a = make_design("fa512_fp8"), make_design("anchor_fp8")
+    fx, ax = (dataclasses.replace(d, q_mode="exact") for d in (f, a))
+    err_f, err_a = errors(gaussian(std, seed=11), [fx, ax])
+    assert err_f < err_a * (0.95 if std == 3.0 else 0.995)
+
+
+@pytest.mark.parametrize("std", [3.0, 10.0])
+def test_fa512_fp8_vs_anchor_fp8(std):
+    # Pooled over 8 seeded cases (8 x 1024 rows). At std 3 the P offset wins clearly. At std 10
+    # both designs are dominated by Q's e4m3 rounding, which has the same relative precision
+    # for in-range q whether the scale is per row or per tensor: the two errors are equal to
+    # within ~2% of noise (measured over 24 seeds: ratios 0.99..1.03), so only "no worse" is
+    # asserted there. The per-row scale pays off for q outside e4m3's range (see below).
+    sq = [0.0, 0.0]
+    for seed in range(8):
+        case = gaussian(std, seed=100 + seed)
+        ref, _ = attention_ref(case.q, case.k, case.v, **case.kwargs())
+        for i, d in enumerate(("fa512_fp8", "anchor_fp8")):
+            out, _ = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=d, out_dtype=F32)
+            sq[i] += float((out.double() - ref).norm() ** 2)
+    ratio = math.sqrt(sq[1] / sq[0])  # anchor error / fa512 error
+    if std == 3.0:
+        assert ratio > 1.0
+    else:
+        assert ratio > 0.97
+
+
+def test_fa512_per_row_scale_beats_anchor_on_small_q():
+    # q scaled down by 2^-8 (descale 2^8 keeps the logits): the anchor's e4m3(q) falls into
+    # subnormals, the per-row scale does not care.
+    case = gaussian(3.0, seed=21)
+    small_q = (case.q.float() / 256).to(case.q.dtype)
+    kw = dict(case.kwargs(), q_descale=torch.tensor(256.0))
+    ref, _ = attention_ref(small_q, case.k, case.v, **kw)
+    errs = [rel(emulate_attention(small_q, case.k, case.v, **kw, design=d, out_dtype=F32)[0], ref) for d in ("fa512_fp8", "anchor_fp8")]
+    assert errs[0] < errs[1] / 1.5
+
+
+@pytest.mark.parametrize("std", [1.0, 3.0, 10.0])
+def test_two_term_q_reduces_error(std):
+    err_one, err_two = errors(gaussian(std, seed=7), ["fa512_fp8", make_design("fa512_fp8", two_term_q=True)])
+    assert err_two < 0.8 * err_one
+
+
+def test_reduced_precision_accumulation_model():
+    # The acc_bits model with a coarse 10-bit accumulator: promoting each key block into fp32 O
+    # keeps the error at the exact-accumulation level; accumulating 4096 keys in it drifts.
+    case = make_case("gaussian", heads="E2B", mode="decode", batch=1, seqlen_k=4096, logit_std=1.0, seed=4)
+    base = make_design("fa512_fp8")
+    promoted = dataclasses.replace(base, acc_bits=10)
+    drifting = dataclasses.replace(base, acc_bits=10, pv_promote=False)
+    e_base, e_prom, e_drift = errors(case, [base, promoted, drifting])
+    assert abs(e_prom / e_base - 1) < 0.05
+    assert e_drift > 1.2 * e_prom
+
+
+# -- masking and scale folding -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("design", ["dequant", "fa512_fp8", "anchor_fp8"])
+def test_fully_masked_rows_give_zero_and_neg_inf(design):
+    # Sequence 0: 4 queries over 2 keys, causal (bottom-right): rows 0 and 1 see no key.
+    # Sequence 1: 2 queries, seqused_k = 0. Sequence 2: 1 query over 3 keys (normal).
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(7, 8, 512, generator=g).to(torch.bfloat16)
+    k = to_e4m3(torch.randn(5, 1, 512, generator=g))
+    v = to_e4m3(torch.randn(5, 1, 512, generator=g))
+    kw = dict(
+        cu_seqlens_q=torch.tensor([0, 4, 6, 7], dtype=torch.int32),
+        cu_seqlens_k=torch.tensor([0, 2, 2, 5], dtype=torch.int32),
+        seqused_k=torch.tensor([2, 0, 3], dtype=torch.int32),
+        causal=True,
+    )
+    out, lse = emulate_attention(q, k, v, **kw, design=design, out_dtype=F32)
+    ref, ref_lse = attention_ref(q, k, v, **kw)
+    dead = torch.tensor([True, True, False, False, True, True, False])
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    assert (out[dead] == 0).all()
+    assert torch.isneginf(lse[:, dead]).all() and torch.isfinite(lse[:, ~dead]).all()
+    assert rel(out[~dead], ref[~dead]) < 0.1
+
+
+def test_per_row_q_scale_folding_is_exact_for_representable_q():
+    # Rows of e4m3 values times 2^e with amax exactly 448 * 2^e: quantising and folding the row
+    # scale back into the exp2 scale must change nothing, bit for bit.
+    g = torch.Generator().manual_seed(1)
+    case = make_case("gaussian", heads="E2B", mode="chunked", batch=1, seqlen_k=512, q_len=32, seed=9, paged=False)
+    n, hq, d = case.q.shape
+    vals = round_e4m3(torch.randn(n, hq, d, generator=g) * 60)
+    vals[..., 0] = E4M3_MAX
+    exps = torch.randint(-8, 3, (n, hq, 1), generator=g).float()
+    q = (vals * torch.exp2(exps)).to(torch.bfloat16)
+    assert torch.equal(q.float(), vals * torch.exp2(exps))  # exact in bf16
+    design = make_design("fa512_fp8")
+    a, la = emulate_attention(q, case.k, case.v, **case.kwargs(), design=design, out_dtype=F32)
+    b, lb = emulate_attention(q, case.k, case.v, **case.kwargs(), design=dataclasses.replace(design, q_mode="exact"), out_dtype=F32)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("design", ["dequant", "fa512_fp8", "anchor_fp8"])
+def test_power_of_two_descales_fold_exactly(design):
+    # k_descale = v_descale = 2 over K/V gives the same numbers as descale 1 over K/V doubled.
+    case = make_case("gaussian", heads="E2B", mode="chunked", batch=1, seqlen_k=256, q_len=8, seed=4, paged=False, descale="none")
+    k_dbl, v_dbl = to_e4m3(case.k.float() * 2), to_e4m3(case.v.float() * 2)
+    assert torch.equal(k_dbl.float(), case.k.float() * 2) and torch.equal(v_dbl.float(), case.v.float() * 2)
+    two = torch.tensor([2.0])
+    a, la = emulate_attention(case.q, k_dbl, v_dbl, **case.kwargs(), design=design, out_dtype=F32)
+    b, lb = emulate_attention(case.q, case.k, case.v, **case.kwargs(), k_descale=two, v_descale=two, design=design, out_dtype=F32)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("design", ["dequant", "fa512_fp8", "anchor_fp8"])
+def test_blocked_form_equals_the_kernel_loop(design, monkeypatch):
+    # The default path evaluates all key blocks at once; the block-by-block loop (used by the
+    # acc_bits model) is the kernel's order. They must agree to fp32 rounding, masks and splits included.
+    from fa512 import emulation
+
+    case = make_case("gemma", heads=(8, 2), mode="chunked", batch=2, seqlen_k=700, q_len=24, seed=8,
+                     window_left=300, vary_lengths=True)
+    kw = dict(case.kwargs(), design=design, num_splits=2, out_dtype=F32)
+    a, la = emulate_attention(case.q, case.k, case.v, **kw)
+    monkeypatch.setattr(emulation, "_attend_range_blocked", emulation._attend_range_sequential)
+    b, lb = emulate_attention(case.q, case.k, case.v, **kw)
+    assert rel(a, b) < 1e-4  # fp32 order only (a rare flip of one rounded P included)
+    assert torch.equal(torch.isinf(la), torch.isinf(lb))
+    fin = torch.isfinite(lb)
+    assert torch.allclose(la[fin], lb[fin], atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("design", ["dequant", "fa512_fp8", "fa512_fp8+2q", "anchor_fp8"])
+def test_emulation_on_cuda_matches_cpu_with_or_without_tf32(design):
+    d = make_design("fa512_fp8", two_term_q=True) if design == "fa512_fp8+2q" else design
+    kw = dict(heads="31B", mode="chunked", batch=2, seqlen_k=1500, q_len=40, logit_std=3.0, seed=12)
+    cpu = make_case("gaussian", device="cpu", **kw)
+    gpu = make_case("gaussian", device="cuda", **kw)
+    a, la = emulate_attention(cpu.q, cpu.k, cpu.v, **cpu.kwargs(), design=d, out_dtype=F32)
+    prev = torch.get_float32_matmul_precision()
+    try:
+        for precision in ("highest", "high"):  # "high" = TF32 allowed; the emulation must not use it
+            torch.set_float32_matmul_precision(precision)
+            b, lb = emulate_attention(gpu.q, gpu.k, gpu.v, **gpu.kwargs(), design=d, out_dtype=F32)
+            assert torch.get_float32_matmul_precision() == precision
+            assert rel(b.cpu(), a) < 1e-4
+            assert torch.allclose(lb.cpu(), la, atol=1e-4)
+    finally:
+        torch.set_float32_matmul_precision(prev)
