@@ -268,8 +268,7 @@ def _direct_launch(q, k, v, kw, config_changes, **extra):
         scale, kw.get("causal", False), kw.get("window_left", -1), kw.get("window_right", -1),
         kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), kw.get("num_splits", 0), "triton",
     )
-    plan = make_plan(problem, Target("cpu") if DEVICE == "cpu" else fa512.dispatch.target_of(q.device), "triton",
-                     kw.get("num_splits", 0))
+    plan = make_plan(problem, fa512.dispatch.target_of(q.device), "triton", kw.get("num_splits", 0))
     plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, **config_changes))
     out = torch.full_like(q, float("nan"))
     lse = triton_fwd.launch(plan, args, out)

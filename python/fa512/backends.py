@@ -5,7 +5,6 @@ adapter lives in `fa512.cute_backend`)."""
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +51,7 @@ class TritonBackend(Backend):
         return None
 
     def unsupported(self, problem, target):
-        if target.device_type == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        if target.device_type == "cpu" and not target.triton_interpreter:
             return "CPU tensors need TRITON_INTERPRET=1 (the Triton interpreter)"
         from . import triton_fwd
 

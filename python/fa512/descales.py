@@ -43,15 +43,30 @@ def normalize_descale(
     if t.device != device:
         raise arg_error(ValueError, name, f"device {t.device}", f"q's device {device}")
     shape = tuple(t.shape)
+    # An if-chain, not a dict: under torch.compile the sizes are SymInts, which do not hash.
+    mode = None
     if shape in ((), (1,)):
-        return Descale(t.reshape(()).expand(batch, num_kv_heads), "scalar")
-    if shape == (num_kv_heads,):
-        return Descale(t.expand(batch, num_kv_heads), "per_head")
-    if shape == (batch, num_kv_heads):
-        return Descale(t, "per_batch_head")
+        mode = "scalar"
+    elif shape == (num_kv_heads,):
+        mode = "per_head"
+    elif shape == (batch, num_kv_heads):
+        mode = "per_batch_head"
+    if mode is not None:
+        return Descale(descale_view(t, mode, batch, num_kv_heads), mode)
     raise arg_error(
         ValueError,
         name,
         f"shape {shape}",
         f"(), (1,), (Hkv,)=({num_kv_heads},) or (B, Hkv)=({batch}, {num_kv_heads})",
     )
+
+
+def descale_view(t: Optional[torch.Tensor], mode: str, batch: int, num_kv_heads: int) -> Optional[torch.Tensor]:
+    """The (batch, num_kv_heads) view of an already checked descale of the given mode."""
+    if mode == "none":
+        return None
+    if mode == "scalar":
+        return t.reshape(()).expand(batch, num_kv_heads)
+    if mode == "per_head":
+        return t.expand(batch, num_kv_heads)
+    return t

@@ -11,6 +11,7 @@ call, and the plan's reason names every kernel it passed over and why.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -29,6 +30,9 @@ class Target:
     device_type: str  # "cpu" | "cuda"
     capability: Optional[tuple] = None  # (major, minor) for CUDA
     num_sms: int = 1
+    # CPU only: TRITON_INTERPRET=1 was set when the target was read. Part of the target (and so
+    # of every cached plan) because it decides whether Triton can serve CPU tensors.
+    triton_interpreter: bool = False
 
     @property
     def is_sm90(self) -> bool:
@@ -61,7 +65,7 @@ def _cuda_target(index: int) -> Target:
 def target_of(device: torch.device) -> Target:
     if device.type == "cuda":
         return _cuda_target(device.index if device.index is not None else torch.cuda.current_device())
-    return Target(device.type)
+    return Target(device.type, triton_interpreter=os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from .backends import BACKENDS
+from .call_cache import validate_and_plan
 from .dispatch import make_plan, target_of
 from .validate import debug_checks, debug_enabled, validate
 
@@ -49,13 +50,16 @@ def fwd_impl(
     num_splits: int,
     kernel: str,
 ) -> torch.Tensor:
-    problem, args = validate(
+    call = (
         q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
     )
     if debug_enabled():
+        problem, args = validate(*call)
         debug_checks(problem, args, max_seqlen_q, max_seqlen_k)
-    plan = make_plan(problem, target_of(q.device), kernel, num_splits)
+        plan = make_plan(problem, target_of(q.device), kernel, num_splits)
+    else:
+        problem, args, plan = validate_and_plan(call)
     last_launch.update(kernel=plan.kernel, num_splits=plan.num_splits, config=plan.config)
     return BACKENDS[plan.kernel].launch(plan, args, out)
 
