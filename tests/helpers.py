@@ -82,3 +82,15 @@ def naive_attention(q, keys, values, scale, causal=False, window_left=-1, window
         out[i] = (p[:, None] * values[js].double()).sum(0) / p.sum() * vd
         lse[i] = m + torch.log(p.sum())
     return out, lse
+
+
+def op_args(q, k, v, out, kw, **over):
+    """The op's 19 positional arguments in schema order, with test defaults (causal, descales)."""
+    a = dict(
+        page_table=kw.get("page_table"), cu_seqlens_k=kw.get("cu_seqlens_k"), cu_seqlens_q=kw["cu_seqlens_q"],
+        max_seqlen_q=kw["max_seqlen_q"], seqused_k=kw["seqused_k"], max_seqlen_k=kw["max_seqlen_k"],
+        softmax_scale=0.05, causal=True, window_left=-1, window_right=-1, q_descale=None,
+        k_descale=torch.tensor([0.5, 2.0]), v_descale=torch.tensor(1.5), num_splits=0, kernel="auto",
+    )
+    a.update(over)
+    return (q, k, v, out, *a.values())

@@ -6,25 +6,14 @@ import torch
 import fa512
 from fa512 import op
 from fa512.dispatch import Target
-from helpers import make_problem, rel_l2
-
-
-def _op_args(q, k, v, kw, out, **over):
-    a = dict(
-        page_table=kw.get("page_table"), cu_seqlens_k=kw.get("cu_seqlens_k"), cu_seqlens_q=kw["cu_seqlens_q"],
-        max_seqlen_q=kw["max_seqlen_q"], seqused_k=kw["seqused_k"], max_seqlen_k=kw["max_seqlen_k"],
-        softmax_scale=0.05, causal=True, window_left=-1, window_right=-1, q_descale=None,
-        k_descale=torch.tensor([0.5, 2.0]), v_descale=torch.tensor(1.5), num_splits=0, kernel="auto",
-    )
-    a.update(over)
-    return (q, k, v, out, *a.values())
+from helpers import make_problem, op_args, rel_l2
 
 
 @pytest.mark.parametrize("paged", [True, False])
 def test_opcheck(paged):
     q, k, v, kw = make_problem([2, 3], [9, 17], paged=paged, seed=11)
     out = torch.empty_like(q)
-    torch.library.opcheck(torch.ops.fa512.fwd.default, _op_args(q, k, v, kw, out))
+    torch.library.opcheck(torch.ops.fa512.fwd.default, op_args(q, k, v, out, kw))
 
 
 def test_out_written_in_place_and_matches_reference():
