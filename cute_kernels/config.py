@@ -65,12 +65,16 @@ def decode_trace(words) -> list:
     out.append(f"warps that left the kernel (all CTAs): {words[TRACE_EXIT_WORD]}")
     return out
 
-MMA_PATHS = ("bf16", "f16", "fp8_dequant")
+MMA_PATHS = ("bf16", "f16", "fp8_dequant", "fp8_mma")
+FP8_PATHS = ("fp8_dequant", "fp8_mma")
 MASKS = ("none", "causal", "local")
 KV_LAYOUTS = ("packed", "paged")
 QK_MODES = ("split_d", "duplicate")
 DTYPES = ("bf16", "f16")
 DESCALE_NAMES = ("q", "k", "v")
+
+
+_SMALL_ALIGN = {"barriers": 8, "sQscale": 16}  # unswizzled buffers; the rest are 1 KB aligned
 
 
 def _dtype_bytes(name: str) -> int:
@@ -83,12 +87,14 @@ class Sm90FwdConfig:
 
     Fields
     ------
-    mma_path : "bf16" | "f16" | "fp8_dequant"
-        How K/V reach the 16-bit warpgroup MMA. "bf16"/"f16": K/V in that dtype, TMA'd straight
+    mma_path : "bf16" | "f16" | "fp8_dequant" | "fp8_mma"
+        How K/V reach the warpgroup MMA. "bf16"/"f16": K/V in that dtype, TMA'd straight
         into the MMA operand buffers. "fp8_dequant": e4m3 K/V TMA'd into a staging buffer and
         converted to f16 by the consumer warpgroups (the dequant control of the A/B).
+        "fp8_mma": e4m3 QK and PV on FP8 wgmma (QGMMA); Q quantised in-kernel, V transposed
+        in smem (`cute_kernels.fp8_operands`).
     q_dtype : "bf16" | "f16"
-        Q and O dtype. Equal to the mma dtype for 16-bit KV; either for fp8_dequant.
+        Q and O dtype. Equal to the mma dtype for 16-bit KV; either for the fp8 paths.
     tile_n : 32 | 64
         Keys per K/V block.
     kv_stages : int
@@ -166,12 +172,20 @@ class Sm90FwdConfig:
         return 1
 
     @property
+    def cta_bw_share(self) -> float:
+        """Bandwidth one CTA can draw, in units of an SM's even share (fa512.splits). fp8_mma
+        streams 64 KB blocks through two stages and draws about its share (H200, 2026-11-29:
+        96 CTAs reached 64% of copy bandwidth); the 16-bit kernel's 128 KB blocks draw ~1.5x."""
+        return 1.0 if self.mma_path == "fp8_mma" else 1.5
+
+    @property
     def compute_dtype(self) -> str:
-        return "f16" if self.mma_path == "fp8_dequant" else self.mma_path
+        """dtype of the MMA operands in smem."""
+        return {"fp8_dequant": "f16", "fp8_mma": "fp8_e4m3"}.get(self.mma_path, self.mma_path)
 
     @property
     def kv_dtype(self) -> str:
-        return "fp8_e4m3" if self.mma_path == "fp8_dequant" else self.mma_path
+        return "fp8_e4m3" if self.mma_path in FP8_PATHS else self.mma_path
 
     @property
     def out_dtype(self) -> str:
@@ -216,6 +230,8 @@ class Sm90FwdConfig:
     def smem_plan(self) -> dict:
         """name -> bytes of every smem buffer, in SharedStorage order (mbarriers first, then
         1 KB aligned buffers; buffers a variant does not use are absent)."""
+        if self.mma_path == "fp8_mma":
+            return self._fp8_mma_smem_plan()
         e = _dtype_bytes(self.compute_dtype)
         staged = self.mma_path == "fp8_dequant"
         mma_stages = 1 if staged else self.kv_stages  # dequant: one f16 operand buffer each
@@ -233,6 +249,21 @@ class Sm90FwdConfig:
             plan["sVs"] = self.kv_stages * kv
         return plan
 
+    def _fp8_mma_smem_plan(self) -> dict:
+        """fp8_mma: the q-dtype Q tile is read once (quantised into sQ8), after which each
+        warpgroup reuses its 32 KB half of it for its fp32 partial-S exchange tile (64 x tile_n
+        x 4 B) and its transposed V (256 x tile_n B): `fp8_operands.aliased_q_half`. That is what
+        leaves room for two K and two V stages at tile_n=64 (64 + 32 + 2 x 32 + 2 x 32 KB)."""
+        kv = self.tile_n * HEAD_DIM
+        return {
+            "barriers": 8 * (2 + 4 * self.kv_stages),
+            "sQscale": 2 * TILE_M * 4,  # per-row e4m3 scales of Q, one vector per d half
+            "sQ": TILE_M * HEAD_DIM * _dtype_bytes(self.q_dtype),
+            "sQ8": TILE_M * HEAD_DIM,
+            "sK": self.kv_stages * kv,
+            "sV": self.kv_stages * kv,
+        }
+
     def smem_bytes(self) -> int:
         """Dynamic smem the kernel allocates plus the 1 KB static section the DSL emits.
 
@@ -242,7 +273,7 @@ class Sm90FwdConfig:
         """
         total = 0
         for name, nbytes in self.smem_plan().items():
-            align = 8 if name == "barriers" else SMEM_ALIGN
+            align = _SMALL_ALIGN.get(name, SMEM_ALIGN)
             total = -(-total // align) * align + nbytes
         return STATIC_SMEM + -(-total // SMEM_ALIGN) * SMEM_ALIGN
 
@@ -253,7 +284,7 @@ class Sm90FwdConfig:
             return False, f"mma_path {self.mma_path!r} not in {MMA_PATHS}"
         if self.q_dtype not in DTYPES:
             return False, f"q_dtype {self.q_dtype!r} not in {DTYPES}"
-        if self.mma_path != "fp8_dequant" and self.q_dtype != self.mma_path:
+        if self.mma_path not in FP8_PATHS and self.q_dtype != self.mma_path:
             return False, f"16-bit KV needs q_dtype == mma dtype, got q {self.q_dtype} with {self.mma_path}"
         if self.tile_n not in (32, 64):
             return False, f"tile_n {self.tile_n} not in (32, 64)"
@@ -278,8 +309,8 @@ class Sm90FwdConfig:
             return False, "descale must be a (q, k, v) triple of bools"
         if self.qk_mode not in QK_MODES:
             return False, f"qk_mode {self.qk_mode!r} not in {QK_MODES}"
-        if self.mma_path == "fp8_dequant" and self.qk_mode != "split_d":
-            return False, "fp8_dequant converts each warpgroup's own d half: it needs qk_mode='split_d'"
+        if self.mma_path in FP8_PATHS and self.qk_mode != "split_d":
+            return False, f"{self.mma_path} prepares each warpgroup's own d half: it needs qk_mode='split_d'"
         for regs in (self.producer_regs, self.consumer_regs):
             if regs % 8 or not 24 <= regs <= 256:
                 return False, f"setmaxnreg counts are multiples of 8 in 24..256, got {regs}"
@@ -307,17 +338,24 @@ def default_config(
     group: int = 1,
     split: bool = False,
     descale: tuple = (False, False, False),
+    fp8_mma: bool = False,
 ) -> Sm90FwdConfig:
     """The variant the dispatch table should use for a problem of this kind.
 
     tile_n=64 with one K and one V stage (Q 64 KB + K 64 KB + V 64 KB + two fp32 partial-S
     tiles 32 KB = 224 KB) is the default; tile_n=32 with two stages is the alternative the
-    GPU profile compares (see docs/sm90_kernel.md). fp8 KV always uses the dequant path.
+    GPU profile compares (see docs/sm90_kernel.md). fp8 KV uses the dequant path (mma16) or,
+    with ``fp8_mma``, FP8 wgmma: tile_n=64 with two K/V stages (page sizes that are a multiple
+    of 32 only: tile_n=32 with four).
     """
-    mma_path = "fp8_dequant" if kv_dtype == "fp8_e4m3" else kv_dtype
+    mma_path = kv_dtype
+    if kv_dtype == "fp8_e4m3":
+        mma_path = "fp8_mma" if fp8_mma else "fp8_dequant"
     pack = group if TILE_M % group == 0 else 1
     tile_n, stages = 64, 1
-    if mma_path == "fp8_dequant":
+    if mma_path == "fp8_mma":
+        tile_n, stages = (32, 4) if paged and page_size % 64 else (64, 2)
+    elif mma_path == "fp8_dequant":
         # Q 64 + K/V f16 2 x 32 + X 16 + e4m3 staging 2 x 2 x 16 KB = 208 KB
         tile_n, stages = 32, 2
     elif paged and page_size % tile_n and page_size % 32 == 0:
@@ -359,23 +397,30 @@ def variant_list(full: bool = True) -> list:
                             qhead_per_kvhead=8, split=split,
                         )
                     )
-    for q_dtype in DTYPES:
-        for mask in MASKS:
-            for split in (False, True):
-                out.append(
-                    Sm90FwdConfig(
-                        mma_path="fp8_dequant", q_dtype=q_dtype, tile_n=32, kv_stages=2, mask=mask,
-                        kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=split,
-                        descale=(True, True, True),
+    # fp8 KV: the dequant control and the FP8-MMA kernel, each with its default tile
+    for mma_path, tile_n, stages in (("fp8_dequant", 32, 2), ("fp8_mma", 64, 2)):
+        for q_dtype in DTYPES:
+            for mask in MASKS:
+                for split in (False, True):
+                    out.append(
+                        Sm90FwdConfig(
+                            mma_path=mma_path, q_dtype=q_dtype, tile_n=tile_n, kv_stages=stages, mask=mask,
+                            kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=split,
+                            descale=(True, True, True),
+                        )
                     )
-                )
     base = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8)
+    fp8 = Sm90FwdConfig(mma_path="fp8_mma", q_dtype="bf16", tile_n=64, kv_stages=2, mask="causal",
+                        qhead_per_kvhead=8)
     extras = [
         base.with_(qhead_per_kvhead=1),
         base.with_(tile_n=32, kv_stages=2),
         base.with_(tile_n=32, kv_stages=2, kv_layout="paged", page_size=32),
         base.with_(qk_mode="duplicate"),
         base.with_(descale=(True, True, True), split=True, kv_layout="paged", page_size=128),
+        fp8,  # packed
+        fp8.with_(qhead_per_kvhead=1),
+        fp8.with_(tile_n=32, kv_stages=4, kv_layout="paged", page_size=32),
     ]
     if not full:
         return [
@@ -386,5 +431,7 @@ def variant_list(full: bool = True) -> list:
             Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=2, mask="causal",
                           kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True,
                           descale=(True, True, True)),
+            fp8.with_(kv_layout="paged", page_size=64, split=True, descale=(True, True, True)),
+            fp8.with_(q_dtype="f16", mask="local", tile_n=32, kv_stages=4),
         ]
     return out + extras

@@ -5,6 +5,9 @@ from __future__ import annotations
 import copy
 
 import cutlass
+from cutlass import Float32, Int32, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 _STATIC = (type(None), bool, int, float, str, tuple, type)
 
@@ -39,4 +42,40 @@ class Carried:
         return new
 
 
-__all__ = ["Carried"]
+
+# -- bit-level helpers (inline PTX / LLVM casts the DSL has no portable spelling for) ----------
+
+
+@dsl_user_op
+def byte_perm(a, b, selector: int, *, loc=None, ip=None) -> Uint32:
+    """``prmt.b32``: byte i of the result is byte ``(selector >> 4i) & 7`` of the pair (a, b)
+    (bytes 0-3 from a, 4-7 from b). The selector is an immediate; unlike
+    ``cute.arch.prmt`` the asm has no side effects, so the compiler may schedule it freely."""
+    return Uint32(
+        llvm.inline_asm(
+            T.i32(),
+            [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
+            f"prmt.b32 $0, $1, $2, {int(selector):#06x};",
+            "=r,r,r",
+            has_side_effects=False,
+            is_align_stack=False,
+            asm_dialect=llvm.AsmDialect.AD_ATT,
+            loc=loc,
+            ip=ip,
+        )
+    )
+
+
+@dsl_user_op
+def f32_bits(x, *, loc=None, ip=None) -> Int32:
+    """The IEEE-754 bit pattern of an fp32 value."""
+    return Int32(llvm.bitcast(T.i32(), Float32(x).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+@dsl_user_op
+def bits_f32(bits, *, loc=None, ip=None) -> Float32:
+    """The fp32 value of a bit pattern."""
+    return Float32(llvm.bitcast(T.f32(), Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
+
+
+__all__ = ["Carried", "byte_perm", "f32_bits", "bits_f32"]

@@ -16,12 +16,13 @@ import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import BFloat16, Float16, Float32, Int32, Int64, const_expr, pipeline
+from cutlass import BFloat16, Float8E4M3FN, Float16, Float32, Int32, Int64, const_expr, pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import pipeline_checks
 from .config import HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
+from .fp8_operands import p_to_fp8_a
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
 from .mma_paths import BAR_WG_LOCAL, make_mma_path
@@ -93,7 +94,7 @@ class FlashFwdSm90:
         if not ok:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
-        self.path = make_mma_path(config.mma_path, config.q_dtype)
+        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n)
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
@@ -116,6 +117,9 @@ class FlashFwdSm90:
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         self.stage = config.stage
+        self.fp8_mma = config.mma_path == "fp8_mma"
+        # log2 offset of P before its e4m3 conversion (fa512.emulation.P_OFFSET_LOG2)
+        self.p_offset = 8.0 if self.fp8_mma else 0.0
 
     def _runs(self, stage: str) -> bool:
         """Whether the diagnostic cut ``cfg.stage`` includes ``stage`` (compile-time)."""
@@ -125,18 +129,39 @@ class FlashFwdSm90:
     # host side
     # ------------------------------------------------------------------------------------
     def _smem_layouts(self):
-        """(sQ, sKV operand stages, sStage e4m3 staging or None); all K-major, 128 B swizzle."""
+        """(sQ MMA operand, sQ as loaded (q dtype), sKV operand stages, sStage e4m3 staging or
+        None, sVt fp8_mma transposed V of one warpgroup or None); K-major; 128 B swizzle except
+        sVt, whose rows are tile_n bytes (64 B or 32 B swizzle)."""
         atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.dtype)
         sQ = cute.tile_to_shape(atom, (self.tile_m, self.head_dim), order=(0, 1))
+        atom_q = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.q_dtype)
+        sQ_in = cute.tile_to_shape(atom_q, (self.tile_m, self.head_dim), order=(0, 1))
         mma_stages = self.path.mma_stages(self.stages)
         sKV = cute.tile_to_shape(atom, (self.tile_n, self.head_dim, mma_stages), order=(0, 1, 2))
         sStage = None
         if self.path.needs_staging:
             atom8 = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.path.kv_gmem_dtype)
             sStage = cute.tile_to_shape(atom8, (self.tile_n, self.head_dim, self.stages), order=(0, 1, 2))
-        return sQ, sKV, sStage
+        sVt = None
+        if self.fp8_mma:
+            kind = warpgroup.SmemLayoutAtomKind.K_SW64 if self.tile_n == 64 else warpgroup.SmemLayoutAtomKind.K_SW32
+            atom_t = warpgroup.make_smem_layout_atom(kind, Float8E4M3FN)
+            sVt = cute.tile_to_shape(atom_t, (self.half_d, self.tile_n, 1), order=(0, 1, 2))
+        return sQ, sQ_in, sKV, sStage, sVt
 
     def _tiled_mmas(self):
+        if self.fp8_mma:  # QGMMA: both smem operands K-major (V^T is transposed in smem)
+            k_major = cute.nvgpu.OperandMajorMode.K
+            qk = sm90_utils.make_trivial_tiled_mma(
+                Float8E4M3FN, Float8E4M3FN, k_major, k_major, Float32,
+                atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.tile_n),
+            )
+            pv = sm90_utils.make_trivial_tiled_mma(
+                Float8E4M3FN, Float8E4M3FN, k_major, k_major, Float32,
+                atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.half_d),
+                a_source=warpgroup.OperandSource.RMEM,
+            )
+            return qk, pv
         tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
             self.dtype,
             self.dtype,
@@ -213,7 +238,7 @@ class FlashFwdSm90:
             kv8 = self.path.kv_gmem_dtype
             mK = cute.make_tensor(cute.recast_ptr(mK.iterator, dtype=kv8), mK.layout)
             mV = cute.make_tensor(cute.recast_ptr(mV.iterator, dtype=kv8), mV.layout)
-        sQ_layout, sKV_layout, sStage_layout = self._smem_layouts()
+        sQ_layout, sQ_in_layout, sKV_layout, sStage_layout, sVt_layout = self._smem_layouts()
         sKV_tma_layout = sStage_layout if const_expr(self.path.needs_staging) else sKV_layout
         tiled_mma_qk, tiled_mma_pv = self._tiled_mmas()
 
@@ -221,7 +246,7 @@ class FlashFwdSm90:
         tma_op = cpasync.CopyBulkTensorTileG2SOp()
         q_rows = self._packed_rows_view(mQ)
         tma_atom_q, tma_q = cpasync.make_tiled_tma_atom(
-            tma_op, q_rows, sQ_layout, ((self.group, self.tile_m // self.group), self.head_dim)
+            tma_op, q_rows, sQ_in_layout, ((self.group, self.tile_m // self.group), self.head_dim)
         )
         tma_atom_k, tma_k = cpasync.make_tiled_tma_atom(
             tma_op, kv_tma_view(mK, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
@@ -229,7 +254,7 @@ class FlashFwdSm90:
         tma_atom_v, tma_v = cpasync.make_tiled_tma_atom(
             tma_op, kv_tma_view(mV, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
         )
-        self.q_bytes = cute.size_in_bytes(self.q_dtype, sQ_layout)
+        self.q_bytes = cute.size_in_bytes(self.q_dtype, sQ_in_layout)
         self.kv_bytes = cute.size_in_bytes(mK.element_type, cute.select(sKV_tma_layout, mode=[0, 1]))
         pipeline_checks.check_tma_pipeline(
             "Q", producer_arrives=1, consumer_warps=8, consumer_arrives=8,
@@ -259,11 +284,17 @@ class FlashFwdSm90:
             "mbar_q": MemRange[cutlass.Int64, 2],
             "mbar_k": MemRange[cutlass.Int64, 2 * self.stages],
             "mbar_v": MemRange[cutlass.Int64, 2 * self.stages],
-            "sQ": Align[MemRange[self.dtype, cute.cosize(sQ_layout)], 1024],
-            "sK": Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
-            "sV": Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024],
         }
-        if const_expr(self.split_d):
+        if const_expr(self.fp8_mma):
+            # Q as loaded, then (per warpgroup half) the S exchange tile and V^T: see config
+            fields["sQscale"] = Align[MemRange[Float32, 2 * self.tile_m], 16]
+            fields["sQ"] = Align[MemRange[self.q_dtype, cute.cosize(sQ_in_layout)], 1024]
+            fields["sQ8"] = Align[MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+        else:
+            fields["sQ"] = Align[MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+        fields["sK"] = Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+        fields["sV"] = Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
+        if const_expr(self.split_d and not self.fp8_mma):
             fields["sX"] = Align[MemRange[Float32, 2 * self.tile_m * self.tile_n], 1024]
         if const_expr(sStage_layout is not None):
             fields["sKs"] = Align[MemRange[self.path.kv_gmem_dtype, cute.cosize(sStage_layout)], 1024]
@@ -283,7 +314,7 @@ class FlashFwdSm90:
             mO_rows, mLSE_rows, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, mPageTable,
             mQDescale, mKDescale, mVDescale,
             scale_log2, window_left, window_right, num_splits, mQ.shape[1] // mK.shape[-2], trace_addr,
-            sQ_layout, sKV_layout, sStage_layout, tiled_mma_qk, tiled_mma_pv,
+            sQ_layout, sQ_in_layout, sKV_layout, sStage_layout, sVt_layout, tiled_mma_qk, tiled_mma_pv,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
 
     # ------------------------------------------------------------------------------------
@@ -314,8 +345,10 @@ class FlashFwdSm90:
         qheads_per_kvhead: Int32,
         trace_addr: Int64,
         sQ_layout: cute.ComposedLayout,
+        sQ_in_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
         sStage_layout: Optional[cute.ComposedLayout],
+        sVt_layout: Optional[cute.ComposedLayout],
         tiled_mma_qk: cute.TiledMma,
         tiled_mma_pv: cute.TiledMma,
     ):
@@ -331,7 +364,7 @@ class FlashFwdSm90:
             for atom in (tma_atom_q, tma_atom_k, tma_atom_v):
                 cpasync.prefetch_descriptor(atom)
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
 
         # -- pipelines (mbarrier init by warp 0; one fence + CTA barrier below) -----------------
@@ -351,9 +384,14 @@ class FlashFwdSm90:
         )
         pipeline_init_arrive()
 
-        # sQ: the MMA (compute dtype) view and the as-loaded (q dtype) view of the same bytes
-        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
-        sQ_in = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner, dtype=self.q_dtype)
+        # sQ: the MMA operand; sQ_in: Q as loaded (16-bit paths: the same bytes, narrowed in place
+        # by the dequant path; fp8_mma: its own buffer, quantised into sQ8)
+        if const_expr(self.fp8_mma):
+            sQ = storage.sQ8.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+            sQ_in = storage.sQ.get_tensor(sQ_in_layout.outer, swizzle=sQ_in_layout.inner)
+        else:
+            sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+            sQ_in = storage.sQ.get_tensor(sQ_in_layout.outer, swizzle=sQ_in_layout.inner, dtype=self.q_dtype)
         sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
         sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
         sK_tma, sV_tma = sK, sV
@@ -393,7 +431,8 @@ class FlashFwdSm90:
                 self._trace(warp_idx, "consumer tile: n_min, n_max", t.n_min, t.n_max)
                 if t.valid:
                     self.consume(
-                        wg_idx - 1, tidx % 128, sQ, sQ_in, sK, sV, sK_tma, sV_tma, storage, pipe_q, pipe_k, pipe_v,
+                        wg_idx - 1, tidx % 128, sQ, sQ_in, sK, sV, sK_tma, sV_tma, sVt_layout, storage,
+                        pipe_q, pipe_k, pipe_v,
                         tiled_mma_qk, tiled_mma_pv, t.mask, t.n_min, t.n_max, mO_rows, mLSE_rows,
                         mQDescale, mKDescale, mVDescale, scale_log2, t.q_start, t.seqlen_q, t.m_block,
                         t.tile_head, t.kv_head, t.split_idx, t.batch,
@@ -522,7 +561,7 @@ class FlashFwdSm90:
     # ------------------------------------------------------------------------------------
     @cute.jit
     def consume(
-        self, wg, tidx_wg, sQ, sQ_in, sK, sV, sK_tma, sV_tma, storage, pipe_q, pipe_k, pipe_v,
+        self, wg, tidx_wg, sQ, sQ_in, sK, sV, sK_tma, sV_tma, sVt_layout, storage, pipe_q, pipe_k, pipe_v,
         tiled_mma_qk, tiled_mma_pv,
         mask: TileMask, n_min, n_max, mO_rows, mLSE_rows, mQDescale, mKDescale, mVDescale,
         scale_log2, q_start, seqlen_q, m_block, tile_head, kv_head, split_idx, batch,
@@ -546,19 +585,39 @@ class FlashFwdSm90:
         sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
         tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ_w))
         tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK_w))
-        sVt = transpose_view(sV)  # (512, tile_n, stages): V as the MN-major B operand of PV
-        sVt_w = cute.local_tile(sVt, (self.half_d, self.tile_n), (wg, 0, None))
+        n_s = self.tile_n // 2  # fp32 logits per thread
+        if const_expr(self.fp8_mma):
+            # V^T of this warpgroup (256, tile_n, 1), K-major, in its half of the spent Q tile
+            # after its S exchange tile: the MMA view, and the words + offset the transpose writes
+            vt_offset = self.tile_m * self.tile_n * 4
+            sVt_w = cute.make_tensor(
+                cute.recast_ptr(self._q_half_ptr(storage, wg, vt_offset), sVt_layout.inner, dtype=Float8E4M3FN),
+                sVt_layout.outer,
+            )
+            q_words = cute.make_tensor(cute.recast_ptr(storage.sQ.data_ptr(), dtype=cutlass.Uint32),
+                                       cute.make_layout(2 * self._q_half_bytes() // 4))
+            sV_dst_w = (q_words, (wg * self._q_half_bytes() + vt_offset) // 4)
+            # the V ring as 16-byte chunks (4 words each) for the transpose's 128-bit loads
+            sV_src_w = cute.make_tensor(
+                cute.recast_ptr(storage.sV.data_ptr(), dtype=cutlass.Uint32),
+                cute.make_layout((self.stages * self.tile_n * HEAD_DIM // 16, 4), stride=(4, 1)),
+            )
+        else:
+            sVt = transpose_view(sV)  # (512, tile_n, stages): V as the MN-major B operand of PV
+            sVt_w = cute.local_tile(sVt, (self.half_d, self.tile_n), (wg, 0, None))
         tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt_w))
         acc_O = thr_pv.make_fragment_C(thr_pv.partition_shape_C((self.tile_m, self.half_d)))
         s_shape = thr_qk.partition_shape_C((self.tile_m, self.tile_n))
         tScS = thr_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
 
         # partial-S exchange buffers: X[w] holds WG w's fragment, 4-float vectors per thread
-        n_s = self.tile_n // 2  # fp32 logits per thread
-        x_layout = cute.make_layout(
-            (4, 128, n_s // 4, 2), stride=(1, 4, 512, n_s * 128)
-        )
-        sX = storage.sX.get_tensor(x_layout) if const_expr(self.split_d) else None
+        x_shape = (4, 128, n_s // 4, 2)
+        sX = None
+        if const_expr(self.fp8_mma):  # X[w] at the start of warpgroup w's half of the Q tile
+            x_ptr = cute.recast_ptr(self._q_half_ptr(storage, 0, 0), dtype=Float32)
+            sX = cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, self._q_half_bytes() // 4)))
+        elif const_expr(self.split_d):
+            sX = storage.sX.get_tensor(cute.make_layout(x_shape, stride=(1, 4, 512, n_s * 128)))
         x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d) else None
         x_other = sX[None, tidx_wg, None, 1 - wg] if const_expr(self.split_d) else None
 
@@ -571,11 +630,20 @@ class FlashFwdSm90:
             qk_descale = qk_descale * mKDescale[batch, kv_head]
         if const_expr(mVDescale is not None):
             v_descale = mVDescale[batch, kv_head]
-        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2)
+        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2, self.p_offset)
         softmax.reset()
         row_scale = cute.make_rmem_tensor(2, Float32)
         acc_O.fill(0.0)
-        tOrP = cute.make_rmem_tensor_like(acc_as_a_view(cute.make_rmem_tensor(s_shape, Float32)), self.dtype)
+        if const_expr(self.fp8_mma):
+            tOrP = cute.make_rmem_tensor(thr_pv.partition_shape_A((self.tile_m, self.tile_n)), self.dtype)
+        else:
+            tOrP = cute.make_rmem_tensor_like(acc_as_a_view(cute.make_rmem_tensor(s_shape, Float32)), self.dtype)
+        sScale_w = None
+        q_row_scale = None  # fp8_mma: e4m3 scale of this thread's two S rows in this d half
+        if const_expr(self.fp8_mma):
+            sScale_w = cute.local_tile(storage.sQscale.get_tensor(cute.make_layout(2 * self.tile_m)),
+                                       (self.tile_m,), (wg,))
+            q_row_scale = cute.make_rmem_tensor(2, Float32)
 
         q_cons = pipe_q.make_consumer()
         k_cons = pipe_k.make_consumer()
@@ -588,33 +656,37 @@ class FlashFwdSm90:
         if n_blocks > 0:
             hq = q_cons.wait_and_advance()
             self._trace(warp, "consumer Q ready", Int32(0), Int32(0))
-            self.path.prepare_q(sQ_in_w, sQ_mma_w, tidx_wg, wg)
+            self.path.prepare_q(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, wg)
+            if const_expr(self.fp8_mma):
+                rows_c = acc_mn_view(tScS)
+                for r in cutlass.range_constexpr(2):
+                    q_row_scale[r] = sScale_w[rows_c[r, 0][0]]
             # ---- first block (highest), always masked ----
             n = n_max - 1
             hk = k_cons.wait_and_advance()
             self._trace(warp, "consumer K ready: block, stage", n, hk.index)
-            k_idx = self.path.prepare_kv(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+            k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
             if const_expr(do_qk):
                 warpgroup.fence()
                 wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
                 warpgroup.commit_group()
                 warpgroup.wait_group(0)
-            self.path.finish_kv(hk)
+            self.path.finish_k(hk)
             self._trace(warp, "consumer K released: block, stage", n, hk.index)
             if const_expr(do_qk):
                 if const_expr(self.split_d):
-                    self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1)
+                    self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, q_row_scale)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                 mask.apply(acc_S, tScS, n)
                 softmax.step(acc_S, row_scale, is_first=True)
-                tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
-            # ---- steady state: QK(n) overlaps PV(n+1) ----
+                self._p_to_a(acc_S, tOrP)
+            # ---- steady state: QK(n) overlaps PV(n+1) (fp8_mma: and the transpose of V(n+1)) ----
             for i in cutlass.range(n_blocks - 1, unroll=1):
                 n = n_max - 2 - i
                 hk = k_cons.wait_and_advance()
                 self._trace(warp, "consumer K ready: block, stage", n, hk.index)
-                k_idx = self.path.prepare_kv(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+                k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
                 if const_expr(do_qk):
                     warpgroup.fence()
@@ -623,41 +695,37 @@ class FlashFwdSm90:
                     softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
                 self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
-                v_idx = self.path.prepare_kv(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
                 if const_expr(do_pv):
-                    warpgroup.fence()
-                    wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
-                    warpgroup.commit_group()
+                    self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                 if const_expr(do_qk):
                     # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
                     warpgroup.wait_group(1 if do_pv else 0)
-                self.path.finish_kv(hk)
+                self.path.finish_k(hk)
                 self._trace(warp, "consumer K released: block, stage", n, hk.index)
                 if const_expr(do_qk):
                     if const_expr(self.split_d):
-                        self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2)
+                        self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                     if mask.needs_mask(n):
                         mask.apply(acc_S, tScS, n)
                     softmax.step(acc_S, row_scale, is_first=False)
                 if const_expr(do_pv):
                     warpgroup.wait_group(0)
-                self.path.finish_kv(hv)
+                self.path.finish_v(hv)
                 self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
                 if const_expr(do_qk):
-                    tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
+                    self._p_to_a(acc_S, tOrP)
             # ---- last PV ----
             if const_expr(do_qk):
                 softmax.rescale(acc_O, row_scale)
             hv = v_cons.wait_and_advance()
             self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
-            v_idx = self.path.prepare_kv(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
+            v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
             if const_expr(do_pv):
-                warpgroup.fence()
-                wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
-                warpgroup.commit_group()
+                self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                 warpgroup.wait_group(0)
-            self.path.finish_kv(hv)
+            self.path.finish_v(hv)
             self._trace(warp, "consumer V released: block, stage", n_min, hv.index)
             hq.release()
             self._trace(warp, "consumer Q released, epilogue next", Int32(0), Int32(0))
@@ -670,11 +738,42 @@ class FlashFwdSm90:
         self._store(acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
                     q_start, seqlen_q, m_block, tile_head, split_idx)
 
+    def _q_half_bytes(self) -> int:
+        return self.tile_m * self.half_d * self.q_dtype.width // 8
+
+    def _q_half_ptr(self, storage, wg, byte_offset: int):
+        """Byte pointer into warpgroup wg's half of the (spent) q-dtype Q tile (fp8_mma)."""
+        base = cute.recast_ptr(storage.sQ.data_ptr(), dtype=cutlass.Uint8)
+        return base + wg * self._q_half_bytes() + byte_offset
+
     @cute.jit
-    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last):
-        """S = S_0 + S_1 through smem (see class docstring for the barrier protocol)."""
+    def _p_to_a(self, acc_S, tOrP):
+        """P (fp32 accumulator) -> the A operand of PV: 16-bit A view, or e4m3 with keys permuted."""
+        if const_expr(self.fp8_mma):
+            p_to_fp8_a(acc_S, tOrP)
+        else:
+            tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
+
+    @cute.jit
+    def _pv(self, tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx):
+        """Issue O += P V for one block (committed; the caller waits)."""
+        warpgroup.fence()
+        wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, own_scale=None):
+        """S = S_0 + S_1 through smem (see class docstring for the barrier protocol).
+
+        ``own_scale`` (fp8_mma): this warpgroup's e4m3 Q row scales (rows r, r+8 of the thread)
+        are applied to its own partial first; fp32 addition commutes, so both warpgroups still
+        hold bit-identical S.
+        """
         n_s = cute.size(acc_S)
         frag = cute.make_tensor(acc_S.iterator, cute.make_layout((4, n_s // 4)))
+        if const_expr(own_scale is not None):
+            for i in cutlass.range_constexpr(n_s):
+                frag[i] = frag[i] * own_scale[(i >> 1) & 1]
         if const_expr(not is_first):
             # wait until the other WG has read what this WG wrote for the previous block
             cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)

@@ -14,9 +14,14 @@ and what a consumer warpgroup does between "stage full" and "issue the MMA":
   pattern in an unused cache slot cannot reach O through 0 x NaN. A bf16 Q is narrowed to f16
   in place the same way (each warpgroup its half).
 
+- `Fp8MmaPath` (e4m3 KV, FP8 wgmma): K is MMA'd in its TMA stage (e4m3, K-major as QGMMA
+  wants); each warpgroup quantises its Q half to e4m3 once and transposes each V stage's half
+  into its Vt buffer (keys in P's register order), releasing the stage at once. See
+  `fp8_operands`.
+
 Every method is called by one consumer warpgroup (128 threads, ``tidx_wg`` in 0..127) on its own
-(rows, 256) half tiles. The FP8-MMA kernel (issue 5) adds a path that keeps e4m3 operands
-(QGMMA) and transposes V; it reuses the producer, the pipelines and this interface.
+(rows, 256) half tiles. ``prepare_k`` / ``prepare_v`` return the index of the operand buffer
+the MMA reads; ``finish_k`` / ``finish_v`` run once that MMA completed.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from dataclasses import dataclass
 import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
+
+from .fp8_operands import quantize_q_half, transpose_v_half
 
 BAR_WG_LOCAL = 4  # + wg: 128-thread barrier of one consumer warpgroup (conversion hand-off)
 _DTYPES = {"bf16": BFloat16, "f16": Float16}
@@ -57,17 +64,25 @@ class Mma16Path:
         return tile_n * head_dim * 2
 
     @cute.jit
-    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, tidx_wg: Int32, wg: Int32):
+    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
         pass
 
     @cute.jit
-    def prepare_kv(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+    def prepare_k(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
         """Return the operand stage the MMA reads: the TMA stage itself."""
         return handle.index
 
     @cute.jit
-    def finish_kv(self, handle):
+    def prepare_v(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        return handle.index
+
+    @cute.jit
+    def finish_k(self, handle):
         """Called once the MMA reading the stage completed: hand it back to the producer."""
+        handle.release()
+
+    @cute.jit
+    def finish_v(self, handle):
         handle.release()
 
 
@@ -96,7 +111,7 @@ class DequantFp8Path:
         return tile_n * head_dim
 
     @cute.jit
-    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, tidx_wg: Int32, wg: Int32):
+    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
         """bf16 Q: narrow this warpgroup's half to f16 in place (same bytes, same swizzle)."""
         if const_expr(self.q_dtype_name == "bf16"):
             _convert_half_tile(sQ_in_w, sQ_mma_w, tidx_wg, None)
@@ -104,23 +119,97 @@ class DequantFp8Path:
             cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
 
     @cute.jit
-    def prepare_kv(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
-        """Convert the staged e4m3 half tile into the f16 operand buffer; free the stage.
+    def prepare_k(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        return self._convert(handle, sSrc_w, sDst_w, tidx_wg, wg, rows_valid)
 
-        The first barrier orders this warpgroup's previous MMA reads of the f16 buffer (each warp
-        waited on its own wgmma) before any warp overwrites it; the fence + second barrier make
-        every warp's generic-proxy writes visible to the warpgroup's async wgmma.
-        """
-        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
-        _convert_half_tile(sSrc_w[None, None, handle.index], sDst_w[None, None, 0], tidx_wg, rows_valid)
-        handle.release()
-        cute.arch.fence_view_async_shared()
-        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+    @cute.jit
+    def prepare_v(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        return self._convert(handle, sSrc_w, sDst_w, tidx_wg, wg, rows_valid)
+
+    @cute.jit
+    def _convert(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        """Convert the staged e4m3 half tile into the f16 operand buffer; free the stage."""
+        _rewrite_from_stage(handle, wg, lambda: _convert_half_tile(
+            sSrc_w[None, None, handle.index], sDst_w[None, None, 0], tidx_wg, rows_valid))
         return 0
 
     @cute.jit
-    def finish_kv(self, handle):
+    def finish_k(self, handle):
         pass
+
+    @cute.jit
+    def finish_v(self, handle):
+        pass
+
+
+@dataclass(frozen=True)
+class Fp8MmaPath:
+    """e4m3 K/V on FP8 wgmma: Q quantised per row in-kernel, V transposed per block."""
+
+    q_dtype_name: str  # "bf16" | "f16"
+    tile_n: int
+
+    @property
+    def mma_dtype(self):
+        return Float8E4M3FN
+
+    @property
+    def kv_gmem_dtype(self):
+        return Float8E4M3FN
+
+    @property
+    def needs_staging(self) -> bool:
+        return False  # K is MMA'd in its TMA stage; V's stage is the transpose's source
+
+    def mma_stages(self, kv_stages: int) -> int:
+        return kv_stages
+
+    def kv_tile_bytes(self, tile_n: int, head_dim: int) -> int:
+        return tile_n * head_dim
+
+    @cute.jit
+    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
+        """Quantise this warpgroup's Q half to e4m3 (row scales to sScale_w), make it visible to
+        the warpgroup's wgmma (async proxy) and its scales to every thread of the warpgroup."""
+        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+
+    @cute.jit
+    def prepare_k(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        return handle.index
+
+    @cute.jit
+    def prepare_v(self, handle, sSrc_w, sDst_w, tidx_wg: Int32, wg: Int32, rows_valid):
+        """Transpose the stage's V half into the warpgroup's Vt buffer and free the stage.
+
+        ``sSrc_w``: the V ring as 16-byte chunks (`fp8_operands.transpose_v_half`);
+        ``sDst_w``: (Vt words, first word of this warpgroup's Vt).
+        """
+        vt_words, vt_base = sDst_w
+        _rewrite_from_stage(handle, wg, lambda: transpose_v_half(
+            sSrc_w, handle.index, vt_words, vt_base, wg, tidx_wg, rows_valid, self.tile_n))
+        return 0
+
+    @cute.jit
+    def finish_k(self, handle):
+        handle.release()
+
+    @cute.jit
+    def finish_v(self, handle):
+        pass
+
+
+def _rewrite_from_stage(handle, wg, write) -> None:
+    """One consumer warpgroup rewrites its operand buffer from a TMA stage (``write()``), then
+    frees the stage. The first barrier orders the warpgroup's previous wgmma reads of the buffer
+    (each warp waited on its own) before any warp overwrites it; the fence and the second barrier
+    make every warp's generic-proxy writes visible to the warpgroup's async wgmma."""
+    cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+    write()
+    handle.release()
+    cute.arch.fence_view_async_shared()
+    cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
 
 
 @cute.jit
@@ -147,12 +236,14 @@ def _convert_half_tile(src: cute.Tensor, dst: cute.Tensor, tidx_wg: Int32, rows_
         cute.autovec_copy(r_out, d)
 
 
-def make_mma_path(mma_path: str, q_dtype: str):
+def make_mma_path(mma_path: str, q_dtype: str, tile_n: int):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype)
+    if mma_path == "fp8_mma":
+        return Fp8MmaPath(q_dtype, tile_n)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 
-__all__ = ["Mma16Path", "DequantFp8Path", "make_mma_path", "BAR_WG_LOCAL"]
+__all__ = ["Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "BAR_WG_LOCAL"]

@@ -35,11 +35,16 @@ class OnlineSoftmax(Carried):
         softmax_scale * q_descale * k_descale * log2(e): multiplies raw logits before exp2.
     num_rows : int
         Rows this thread owns (2 for an m64 wgmma fragment).
+    p_offset : float
+        Compile-time log2 offset of P: P = exp2(s * scale - max + p_offset), so P is in
+        [0, 2^p_offset]. The FP8 kernel uses 8 so that small probabilities survive the e4m3
+        conversion (min subnormal 2^-9); the offset cancels in O / row_sum and leaves the lse.
     """
 
-    def __init__(self, scale_log2: Float32, num_rows: int):
+    def __init__(self, scale_log2: Float32, num_rows: int, p_offset: float = 0.0):
         self.scale_log2 = scale_log2
         self.num_rows = num_rows
+        self.p_offset = float(p_offset)
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
 
@@ -67,9 +72,10 @@ class OnlineSoftmax(Carried):
             m_new = m_blk
             if const_expr(not is_first):
                 m_new = cute.arch.fmax(m_old, m_blk)
-            offset = m_new * self.scale_log2
+            base = m_new * self.scale_log2
             if m_new == -Float32.inf:
-                offset = Float32(0.0)
+                base = Float32(0.0)
+            offset = base - Float32(self.p_offset) if const_expr(self.p_offset != 0.0) else base
             row_total = Float32(0.0)
             for c in cutlass.range_constexpr(n_cols):
                 p = cute.math.exp2(s_mn[r, c] * self.scale_log2 - offset, fastmath=True)
@@ -79,7 +85,7 @@ class OnlineSoftmax(Carried):
                 row_scale[r] = Float32(0.0)
                 self.row_sum[r] = row_total
             else:
-                corr = cute.math.exp2(m_old * self.scale_log2 - offset, fastmath=True)
+                corr = cute.math.exp2(m_old * self.scale_log2 - base, fastmath=True)
                 row_scale[r] = corr
                 self.row_sum[r] = self.row_sum[r] * corr + row_total
             self.row_max[r] = m_new
@@ -104,7 +110,7 @@ class OnlineSoftmax(Carried):
             val = -Float32.inf
             if total > Float32(0.0):
                 scale = out_scale / total
-                val = (m * self.scale_log2 + cute.math.log2(total, fastmath=True)) * Float32(LN_2)
+                val = (m * self.scale_log2 + cute.math.log2(total, fastmath=True) - Float32(self.p_offset)) * Float32(LN_2)
             o_scale[r] = scale
             lse[r] = val
 

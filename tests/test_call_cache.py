@@ -67,3 +67,75 @@ def test_attention_results_identical_cold_and_warm():
     cold = fa512.attention(q, k, v, **kw, causal=True)
     warm = fa512.attention(q, k, v, **kw, causal=True)
     assert torch.equal(cold[0], warm[0]) and torch.equal(cold[1], warm[1])
+
+
+def test_one_launcher_per_signature_and_new_tensors_each_call():
+    q, k, v, kw = make_problem([2, 3], [9, 17], seed=28)
+    l1, a1 = call_cache.lookup(op_args(q, k, v, torch.empty_like(q), kw))
+    q2, k2, v2, _ = make_problem([2, 3], [9, 17], seed=29)
+    l2, a2 = call_cache.lookup(op_args(q2, k2, v2, torch.empty_like(q2), kw))
+    assert l2 is l1 and (a2.q, a2.k, a2.v) == (q2, k2, v2) and a1.q is q
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda q, k, v: (q.transpose(0, 1).contiguous().transpose(0, 1), k, v),  # same shape, new strides
+        lambda q, k, v: (q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)),
+        lambda q, k, v: (q, k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)),
+    ],
+    ids=["q_strides", "dtype", "kv_dtype"],
+)
+def test_changed_stride_or_dtype_gets_its_own_launcher(change):
+    q, k, v, kw = make_problem([2, 3], [9, 17], seed=30)
+    l1, _ = call_cache.lookup(op_args(q, k, v, torch.empty_like(q), kw))
+    q2, k2, v2 = change(q, k, v)
+    l2, _ = call_cache.lookup(op_args(q2, k2, v2, torch.empty_like(q2), kw))
+    assert l2 is not l1 and len(call_cache._cache) == 2
+    assert l2.problem == validate(*op_args(q2, k2, v2, torch.empty_like(q2), kw))[0]
+
+
+def test_bool_where_an_int_belongs_is_not_a_hit():
+    q, k, v, kw = make_problem([1, 1], [9, 17], seed=31)
+    call_cache.lookup(op_args(q, k, v, torch.empty_like(q), kw, num_splits=1))
+    with pytest.raises(TypeError, match="num_splits"):  # True == 1 and hash(True) == hash(1)
+        call_cache.lookup(op_args(q, k, v, torch.empty_like(q), kw, num_splits=True))
+
+
+def test_descale_views_are_memoised_per_tensor_and_track_it():
+    q, k, v, kw = make_problem([2, 3], [9, 17], seed=32)
+    kd = torch.tensor([0.5, 2.0])
+    out = torch.empty_like(q)
+    call_cache.lookup(op_args(q, k, v, out, kw, k_descale=kd))
+    _, a1 = call_cache.lookup(op_args(q, k, v, out, kw, k_descale=kd))
+    _, a2 = call_cache.lookup(op_args(q, k, v, out, kw, k_descale=kd))
+    assert a2.k_descale is a1.k_descale and a1.k_descale.shape == (2, 2)
+    kd.mul_(3)  # in-place value change: the view shares kd's memory
+    assert a2.k_descale[1, 0] == 1.5
+    kd.set_(torch.tensor([7.0, 8.0]))  # re-pointed: a new view
+    _, a3 = call_cache.lookup(op_args(q, k, v, out, kw, k_descale=kd))
+    assert a3.k_descale is not a1.k_descale and a3.k_descale[0, 1] == 8.0
+    kd2 = torch.tensor([1.0, 9.0])  # another tensor, same signature: its own view
+    _, a4 = call_cache.lookup(op_args(q, k, v, out, kw, k_descale=kd2))
+    assert a4.k_descale[0, 1] == 9.0 and a4.k_descale.data_ptr() == kd2.data_ptr()
+
+
+def test_last_launch_is_set_on_every_warm_call():
+    from fa512 import op
+
+    q, k, v, kw = make_problem([2, 3], [9, 17], seed=33)
+    fa512.attention(q, k, v, **kw)
+    op.last_launch.clear()
+    fa512.attention(q, k, v, **kw)
+    assert op.last_launch["kernel"] == "reference" and op.last_launch["num_splits"] == 1
+    fa512.attention(q, k, v, **kw, kernel="reference", num_splits=2)
+    assert op.last_launch["num_splits"] == 2
+
+
+def test_fa512_debug_bypasses_a_warm_launcher(monkeypatch):
+    q, k, v, kw = make_problem([2, 3], [9, 17], seed=34)
+    fa512.attention(q, k, v, **kw)  # caches the signature
+    kw["page_table"][0, 0] = 999  # only a device-memory check can see this
+    monkeypatch.setenv("FA512_DEBUG", "1")
+    with pytest.raises(ValueError, match="page_table"):
+        fa512.attention(q, k, v, **kw)

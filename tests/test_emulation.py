@@ -16,7 +16,6 @@ from fa512.emulation import (
     quantize_q_rows,
     round_e4m3,
     to_e4m3,
-    truncate_mantissa,
 )
 from fa512.inputs import make_case
 from fa512.reference import attention_ref
@@ -52,10 +51,24 @@ def test_to_e4m3_rounds_to_nearest_even_and_saturates():
     assert torch.isnan(round_e4m3(torch.tensor([math.nan]))).all()
 
 
-def test_truncate_mantissa_rounds_toward_zero():
-    x = torch.tensor([1 + 2.0**-5, -(1 + 2.0**-5), 3.0, 0.0])
-    assert torch.equal(truncate_mantissa(x, 4), torch.tensor([1.0, -1.0, 3.0, 0.0]))
-    assert torch.equal(truncate_mantissa(x, 5), x)
+def test_gmma_fp8_aligns_each_k_step_to_its_largest_term():
+    from fa512.emulation import gmma_fp8
+
+    # one k step: 1.0 + 2^-20 with 13 bits below the largest exponent (2^0) loses the 2^-20
+    a = torch.tensor([[1.0, 2.0**-10] + [0.0] * 30])
+    b = torch.tensor([[1.0], [2.0**-10]] + [[0.0]] * 30)
+    assert gmma_fp8(a, b, None, 13).item() == 1.0
+    assert gmma_fp8(a, b, None, 23).item() == 1.0 + 2.0**-20
+    # the accumulator takes part in the alignment: a big one swallows the step's small products
+    big = torch.tensor([[2.0**14]])
+    small = torch.tensor([[1.0] * 32])
+    ones = torch.ones(32, 1)
+    # 13 bits below 2^14 is 2^1: products of 2 are kept, products of 1 are dropped
+    assert gmma_fp8(2 * small, ones, big, 13).item() == 2.0**14 + 64.0
+    assert gmma_fp8(small, ones, big, 13).item() == 2.0**14
+    # truncation is toward zero for negative terms too
+    assert gmma_fp8(-small, ones, big, 13).item() == 2.0**14
+    assert gmma_fp8(-3 * small, ones, big, 13).item() == 2.0**14 - 64.0
 
 
 def test_quantize_q_rows_scales_each_row_to_448():
@@ -73,6 +86,28 @@ def test_quantize_q_rows_scales_each_row_to_448():
     assert (mant == 0.5).all()  # powers of two
     ratio = q[:5].abs().amax(-1, keepdim=True) / s2
     assert ((ratio > 224) & (ratio <= 448)).all()
+    # the kernel's layout: one scale per row and d half, each half scaled to its own amax
+    q[:, 256:] *= 1e-3
+    hi2, _, s_half = quantize_q_rows(q[:5], pow2=True, groups=2)
+    assert s_half.shape == q[:5].shape and (s_half[:, :256] > s_half[:, 256:]).all()
+    for half in (slice(0, 256), slice(256, 512)):
+        assert ((hi2[:, half].abs().amax(-1) > 224) & (hi2[:, half].abs().amax(-1) <= 448)).all()
+        assert torch.equal(s_half[:, half], s_half[:, half][:, :1].expand(5, 256))
+
+
+def test_pow2_exponent_matches_the_kernels_bit_rule():
+    # cute_kernels.fp8_operands.q_scale_exponent mirrors the kernel's integer arithmetic on the
+    # fp32 bits of amax (pure Python, no DSL); the emulation derives k with frexp.
+    from cute_kernels.fp8_operands import q_scale_exponent
+    from fa512.emulation import pow2_scale_exponent
+
+    g = torch.Generator().manual_seed(1)
+    amax = (torch.randn(3000, generator=g).abs() * torch.exp(torch.randn(3000, generator=g) * 20)).float()
+    edge = torch.tensor([0.0, 1e-45, 1e-39, 448.0, 896.0, 447.99997, 1.75, 1.7500001, 3e38], dtype=torch.float32)
+    amax = torch.cat([amax, edge])
+    want = [q_scale_exponent(x) for x in amax.tolist()]
+    assert pow2_scale_exponent(amax).tolist() == want
+    assert q_scale_exponent(448.0) == 0 and q_scale_exponent(448.00003) == 1 and q_scale_exponent(0.0) == 0
 
 
 def test_make_design_refuses_bad_combinations():
@@ -111,8 +146,9 @@ def test_single_block_matches_closed_form():
     kw = case.kwargs()
     k = case.k[:, 0].float()
     v = case.v[:, 0].float()
-    q_hi, _, scale = quantize_q_rows(case.q[0])  # (8, 512) rows, one per query head
-    t = (q_hi @ k.T) * (scale * (kw["softmax_scale"] * float(kw["k_descale"][0, 0]) / math.log(2)))
+    # (8, 512) rows, one per query head; one power-of-two scale per row and d half
+    q_hi, _, scale = quantize_q_rows(case.q[0], pow2=True, groups=2)
+    t = ((q_hi * scale) @ k.T) * (kw["softmax_scale"] * float(kw["k_descale"][0, 0]) / math.log(2))
     m = t.amax(-1, keepdim=True)
     p = torch.exp2(t - m + 8)
     want = (round_e4m3(p) @ v) * (float(kw["v_descale"][0, 0]) / p.sum(-1, keepdim=True))
@@ -199,15 +235,15 @@ def test_two_term_q_reduces_error(std):
 
 
 def test_reduced_precision_accumulation_model():
-    # The acc_bits model with a coarse 10-bit accumulator: promoting each key block into fp32 O
-    # keeps the error at the exact-accumulation level; accumulating 4096 keys in it drifts.
+    # The acc_bits model with a coarse 8-bit accumulator (the H200 fits 13): promoting each key
+    # block into fp32 O stays near exact accumulation; accumulating 4096 keys in O drifts.
     case = make_case("gaussian", heads="E2B", mode="decode", batch=1, seqlen_k=4096, logit_std=1.0, seed=4)
     base = make_design("fa512_fp8")
-    promoted = dataclasses.replace(base, acc_bits=10)
-    drifting = dataclasses.replace(base, acc_bits=10, pv_promote=False)
+    promoted = dataclasses.replace(base, acc_bits=8)
+    drifting = dataclasses.replace(base, acc_bits=8, pv_promote=False)
     e_base, e_prom, e_drift = errors(case, [base, promoted, drifting])
-    assert abs(e_prom / e_base - 1) < 0.05
-    assert e_drift > 1.2 * e_prom
+    assert abs(e_prom / e_base - 1) < 0.2
+    assert e_drift > 1.5 * e_prom
 
 
 # -- masking and scale folding -----------------------------------------------------------------

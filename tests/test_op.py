@@ -77,18 +77,30 @@ def test_plan_reads_only_shapes():
 @pytest.mark.parametrize(
     "kv_dtype,seqlen_q,route,kernel",
     [
-        (torch.float8_e4m3fn, 1, "SM90 + fp8 KV, decode-like", "triton"),
-        (torch.float8_e4m3fn, 512, "SM90 + fp8 KV", "mma16"),
+        (torch.float8_e4m3fn, 1, "SM90 + fp8 KV, decode-like", "fp8_mma"),
+        (torch.float8_e4m3fn, 512, "SM90 + fp8 KV", "fp8_mma"),
         (torch.float16, 1, "SM90 + bf16/fp16 KV", "mma16"),
     ],
 )
 def test_sm90_routes(kv_dtype, seqlen_q, route, kernel):
-    # Until issue 5 lands, auto on SM90 + fp8 must say it passed over fp8_mma.
     q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=kv_dtype, seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132")
     assert (p.route, p.kernel) == (route, kernel)
-    if kv_dtype == torch.float8_e4m3fn:
-        assert "passed over fp8_mma" in p.reason
+    assert "passed over" not in p.reason
+    if kernel == "fp8_mma":
+        assert p.config.mma_path == "fp8_mma" and (p.config.tile_n, p.config.kv_stages) == (64, 2)
+
+
+@pytest.mark.parametrize("seqlen_q, kernel", [(1, "triton"), (512, "triton")])
+def test_sm90_fp8_falls_back_with_reason(seqlen_q, kernel):
+    # page_size 16: no TMA block of 32 or 64 keys per page, so neither SM90 kernel can serve it
+    q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=16,
+                               kv_dtype=torch.float8_e4m3fn, seed=15)
+    p = fa512.plan(q, k, v, **kw, target="sm_90:132")
+    assert p.kernel == kernel and "passed over fp8_mma" in p.reason
+    # the explicit request is refused, not silently served by another kernel
+    with pytest.raises(fa512.KernelUnavailableError, match="kernel='fp8_mma' cannot serve"):
+        fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="fp8_mma")
 
 
 def test_sm90_unsupported_page_size_falls_to_triton_with_reason():
@@ -105,8 +117,10 @@ def test_other_gpus_route_to_triton():
 
 
 def test_explicit_kernel_never_falls_back():
-    with pytest.raises(fa512.KernelUnavailableError, match="kernel='fp8_mma' cannot serve"):
-        _plan(kernel="fp8_mma", target="sm_90:132")
+    with pytest.raises(fa512.KernelUnavailableError, match="needs an fp8 e4m3 KV cache"):
+        _plan(kv_dtype=torch.float16, kernel="fp8_mma", target="sm_90:132")
+    with pytest.raises(fa512.KernelUnavailableError, match="kernel='fp8_mma' cannot serve.*SM90"):
+        _plan(kernel="fp8_mma", target="sm_120:188")
     with pytest.raises(fa512.KernelUnavailableError, match="kernel='mma16'"):
         _plan(kernel="mma16", target="cpu")
 

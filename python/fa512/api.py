@@ -9,7 +9,7 @@ import torch
 
 from .dispatch import Plan, Target, make_plan, target_of
 from .errors import arg_error
-from .op import fwd_impl
+from .op import run
 from .validate import HEAD_DIM, validate
 
 DEFAULT_SOFTMAX_SCALE = 1.0 / math.sqrt(HEAD_DIM)
@@ -129,19 +129,23 @@ def attention(
         Natural-log log-sum-exp of the scaled logits; -inf for rows with no visible key
         (whose out is 0).
     """
-    seqused_k = _default_seqused_k(k, page_table, cu_seqlens_k, seqused_k)
-    max_seqlen_q, max_seqlen_k, softmax_scale = default_bounds(
-        q, k, page_table, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale
-    )
+    # Guarded so that a warm call passing every bound pays no helper calls (~1 us each).
+    if seqused_k is None:
+        seqused_k = _default_seqused_k(k, page_table, cu_seqlens_k, seqused_k)
+    if max_seqlen_q is None or max_seqlen_k is None or softmax_scale is None:
+        max_seqlen_q, max_seqlen_k, softmax_scale = default_bounds(
+            q, k, page_table, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale
+        )
     if out is None:
         if not isinstance(q, torch.Tensor):
             raise arg_error(TypeError, "q", type(q).__name__, "a torch.Tensor")
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    call = torch.ops.fa512.fwd if torch.compiler.is_compiling() else fwd_impl
-    lse = call(
+    call = (
         q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
     )
+    # Eager calls skip the dispatcher (fa512.op says why); torch.compile needs the op itself.
+    lse = torch.ops.fa512.fwd(*call) if torch.compiler.is_compiling() else run(call)
     return out, lse
 
 

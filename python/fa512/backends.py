@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .backend_base import Backend
-from .cute_backend import Mma16Backend
+from .cute_backend import Fp8MmaBackend, Mma16Backend
 
 
 @dataclass(frozen=True)
@@ -68,23 +68,12 @@ class TritonBackend(Backend):
         return triton_fwd.launch(plan, args, out)
 
 
-class NotBuiltBackend(Backend):
-    """A kernel the dispatch table knows about but that has not landed yet; always refuses."""
-
-    def __init__(self, name: str, note: str):
-        self.name = name
-        self._note = note
-
-    def unavailable(self):
-        return self._note
-
-
 BACKENDS = {
     b.name: b
     for b in (
         ReferenceBackend(),
         TritonBackend(),
         Mma16Backend(),
-        NotBuiltBackend("fp8_mma", "the SM90 FP8-MMA kernel is not built yet (issue 5)"),
+        Fp8MmaBackend(),
     )
 }

@@ -3,7 +3,9 @@
 For each variant of `cute_kernels.config.variant_list` (the d512 forwards) and the split-KV
 combine kernels, writes ``<out>/<key>.cubin`` and ``<out>/<key>.sass`` and checks:
 
-* ``HGMMA`` (warpgroup MMA) instructions are present in the forward kernels;
+* warpgroup MMA is present in the forward kernels: ``HGMMA`` (16-bit) for mma16, and for
+  fp8_mma ``QGMMA ... E4M3.E4M3`` twice over: with A from shared memory (QK^T) and with A from
+  registers (P.V), so both products really run on FP8 tensor cores;
 * no local-memory spills: no ``STL``/``LDL`` in the SASS and ``LOCAL``/``STACK`` 0;
 * shared memory (the kernel's dynamic allocation + the static section) <= 227 KB;
 * the ``USETMAXREG`` budgets fit the CTA's register pool, ``REG`` x threads (168 x 384 = 64512 for
@@ -47,7 +49,7 @@ class SassReport:
     static_smem: int = 0
     dynamic_smem: int = 0
     setmaxnreg: list = field(default_factory=list)
-    hgmma: dict = field(default_factory=dict)
+    hgmma: dict = field(default_factory=dict)  # "<GMMA shape>/<A source: SS|RS>" -> count
     spill_instructions: int = 0
     problems: list = field(default_factory=list)
 
@@ -76,10 +78,11 @@ def find_tool(name: str) -> Optional[str]:
     return None
 
 
-def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: int, expect_hgmma: bool,
+def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: int, expect_mma: Optional[str],
                   threads: int = 384) -> SassReport:
-    """Dump SASS next to the cubin and check HGMMA / spills / smem / the setmaxnreg register pool.
+    """Dump SASS next to the cubin and check warpgroup MMA / spills / smem / the register pool.
 
+    ``expect_mma``: None, "hgmma" (16-bit) or "qgmma" (e4m3 QK^T from smem and P.V from registers).
     ``threads``: CTA size; with setmaxnreg, warpgroup 0 deallocates and the others allocate.
     """
     rep = SassReport(key=key, compile_s=compile_s, dynamic_smem=dynamic_smem)
@@ -95,14 +98,14 @@ def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: in
         rep.reg, rep.stack, rep.static_smem, rep.local = (int(x) for x in m.groups())
     else:
         rep.problems.append("no resource usage line from cuobjdump")
-    for shape in re.findall(r"\bHGMMA\.(\S+?)\s", sass):
-        rep.hgmma[shape] = rep.hgmma.get(shape, 0) + 1
+    rep.hgmma = gmma_counts(sass)
     rep.setmaxnreg = [
         f"{kind}:{int(val, 16)}" for kind, val in re.findall(r"USETMAXREG\.(\S+?)\s.*?(0x[0-9a-f]+)\s*;", sass)
     ]
     rep.spill_instructions = len(re.findall(r"\b(?:STL|LDL)(?:\.\S+)?\s", sass))
-    if expect_hgmma and not rep.hgmma:
-        rep.problems.append("no HGMMA instruction in the SASS")
+    problem = mma_problem(rep.hgmma, expect_mma)
+    if problem:
+        rep.problems.append(problem)
     if rep.spill_instructions or rep.local or rep.stack:
         rep.problems.append(f"local memory: {rep.spill_instructions} STL/LDL, LOCAL={rep.local}, STACK={rep.stack}")
     if rep.smem > SMEM_LIMIT:
@@ -111,6 +114,31 @@ def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: in
     if problem:
         rep.problems.append(problem)
     return rep
+
+
+def gmma_counts(sass: str) -> dict:
+    """"HGMMA.64x64x16.F32.BF16/SS"-style keys -> count. SS: A from a shared-memory descriptor;
+    RS: A from registers (the operand after the destination is a register, not ``gdesc``)."""
+    counts: dict = {}
+    for op, shape, a in re.findall(r"\b([HQ]GMMA)\.(\S+)\s+R\w+,\s*(\S+?),", sass):
+        k = f"{op}.{shape}/{'SS' if a.startswith('gdesc') else 'RS'}"
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def mma_problem(counts: dict, expect: Optional[str]) -> Optional[str]:
+    if expect is None:
+        return None
+    if expect == "hgmma":
+        return None if any(k.startswith("HGMMA.") for k in counts) else "no HGMMA instruction in the SASS"
+    e4m3 = [k for k in counts if k.startswith("QGMMA.") and ".E4M3.E4M3/" in k]
+    missing = [src for src in ("SS", "RS") if not any(k.endswith("/" + src) for k in e4m3)]
+    if missing:
+        what = {"SS": "QK^T (A from smem)", "RS": "P.V (A from registers)"}
+        return "no e4m3 QGMMA for " + " and ".join(what[m] for m in missing) + f" (GMMA seen: {counts or 'none'})"
+    if any(k.startswith("HGMMA.") for k in counts):
+        return f"16-bit HGMMA in an fp8_mma kernel: {counts}"
+    return None
 
 
 def register_pool_problem(setmaxnreg: list, reg: int, threads: int) -> Optional[str]:
@@ -145,6 +173,12 @@ def _specs(short: bool, only: Optional[str]):
     return specs
 
 
+def _expected_mma(spec) -> Optional[str]:
+    if spec.kind != "fwd":
+        return None
+    return "qgmma" if spec.config.mma_path == "fp8_mma" else "hgmma"
+
+
 def main(args: argparse.Namespace) -> int:
     from .compile_cache import compile_spec
 
@@ -162,7 +196,7 @@ def main(args: argparse.Namespace) -> int:
         cubin = out / f"{spec.key()}.cubin"
         cubin.write_bytes(res.cubin)
         reports.append(
-            inspect_cubin(cubin, spec.key(), res.seconds, res.smem_struct_bytes or 0, expect_hgmma=spec.kind == "fwd")
+            inspect_cubin(cubin, spec.key(), res.seconds, res.smem_struct_bytes or 0, expect_mma=_expected_mma(spec))
         )
     print(format_table(reports))
     (out / "report.json").write_text(
@@ -175,13 +209,13 @@ def main(args: argparse.Namespace) -> int:
 
 
 def format_table(reports) -> str:
-    head = f"{'variant':<78} {'REG':>4} {'setmaxnreg':<26} {'smem':>7} {'spill':>5} {'HGMMA':<32} {'s':>5}  ok"
+    head = f"{'variant':<86} {'REG':>4} {'setmaxnreg':<26} {'smem':>7} {'spill':>5} {'GMMA (count)':<60} {'s':>5}  ok"
     lines = [head, "-" * len(head)]
     for r in reports:
-        hg = ",".join(f"{k}x{v}" for k, v in sorted(r.hgmma.items())) or "-"
+        hg = ",".join(f"{k.replace('.F32', '')}:{v}" for k, v in sorted(r.hgmma.items())) or "-"
         regs = "/".join(x.split(":")[1] for x in r.setmaxnreg) or "-"
         lines.append(
-            f"{r.key:<78} {r.reg:>4} {regs:<26} {r.smem:>7} {r.spill_instructions:>5} {hg:<32} "
+            f"{r.key:<86} {r.reg:>4} {regs:<26} {r.smem:>7} {r.spill_instructions:>5} {hg:<60} "
             f"{r.compile_s:>5.1f}  {'yes' if r.ok else 'NO'}"
         )
     return "\n".join(lines)

@@ -1,7 +1,7 @@
-"""`mma16`: the SM90 CuTe DSL d512 forward behind the `fa512.backends.Backend` interface.
+"""`mma16` and `fp8_mma`: the SM90 CuTe DSL d512 forward behind the `fa512.backends.Backend` interface.
 
-Registered in `fa512.backends.BACKENDS` after profiles/gpu_mma16_smoke.py passed 27/27 cases
-on an H200 (2026-11-29). Profiles may also call `Mma16Backend.launch` directly with a
+mma16 was registered after profiles/gpu_mma16_smoke.py passed 27/27 cases on an H200
+(2026-11-29); fp8_mma runs the same kernel family with FP8 wgmma (profiles/gpu_fp8_mma.py). Profiles may also call `Mma16Backend.launch` directly with a
 plan-like object (``config``, ``num_splits``, ``problem``) and a config override.
 
 Launch path (no host sync, graph-capturable): pick the compiled variant from the compile cache
@@ -53,7 +53,10 @@ def _check_tma_operand(name: str, t: torch.Tensor) -> None:
 
 
 class Mma16Backend(Backend):
-    """The SM90 16-bit-MMA kernel: bf16/fp16 KV as is; fp8 e4m3 KV dequantised to f16 in-kernel."""
+    """The SM90 16-bit-MMA kernel: bf16/fp16 KV as is; fp8 e4m3 KV dequantised to f16 in-kernel.
+
+    Its launch path serves every `cute_kernels.fwd_sm90.FlashFwdSm90` variant (`Fp8MmaBackend`
+    differs only in the config it builds)."""
 
     name = "mma16"
     splits_kv = True
@@ -90,42 +93,90 @@ class Mma16Backend(Backend):
         ``trace_addr``: device-visible address of a host-mapped int32 buffer of
         `cute_kernels.config.TRACE_BUFFER_WORDS` words, used by ``config.trace`` variants only
         (profiles/gpu_mma16_smoke.py --diag --trace); 0 otherwise.
+
+        When ``plan`` is a `fa512.call_cache.Launcher` (one call signature), what depends only
+        on the signature (compiled functions, converted scalars, shapes, stride checks) is
+        derived on its first launch and kept in ``plan.launch_state``; a warm launch then checks
+        data-pointer alignment, allocates lse and calls the kernel (profiles/host_overhead.py).
         """
-        from . import compile_cache
-
-        problem: Problem = plan.problem
-        num_splits = max(1, int(plan.num_splits))
-        cfg = (config or plan.config).with_(split=num_splits > 1)
         q, k, v = args.q, args.k, args.v
-        if k.dtype == torch.float8_e4m3fn:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
-            k, v = k.view(torch.uint8), v.view(torch.uint8)
-        total_q, hq = q.shape[0], q.shape[1]
-        device = q.device
-        if problem.max_seqlen_q == 0 or total_q == 0:
-            return torch.full((hq, total_q), float("-inf"), dtype=torch.float32, device=device)
-        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-            _check_tma_operand(name, t)
+        state = getattr(plan, "launch_state", None) if config is None and not trace_addr else None
+        if state is None:
+            from . import compile_cache
 
-        wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
-        wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
-        stream = torch.cuda.current_stream(device).cuda_stream
-        fwd = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
-        lse = torch.empty((hq, total_q), dtype=torch.float32, device=device)
+            problem: Problem = plan.problem
+            num_splits = max(1, int(plan.num_splits))
+            cfg = (config or plan.config).with_(split=num_splits > 1)
+            total_q, hq = q.shape[0], q.shape[1]
+            device = q.device
+            if problem.max_seqlen_q == 0 or total_q == 0:
+                return torch.full((hq, total_q), float("-inf"), dtype=torch.float32, device=device)
+            for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):  # fp8 and its uint8 view: same bytes
+                _check_tma_operand(name, t)
+            wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
+            wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
+            # The raw-stream getter skips building a torch.cuda.Stream object (~1-2 us); CPU
+            # builds of torch lack it.
+            raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw_stream is None:
+                raw_stream = lambda index: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
+            state = (
+                compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg)),
+                compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None,
+                (float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr)),
+                k.dtype == torch.float8_e4m3fn,
+                device, device.index, raw_stream,
+                (hq, total_q), (num_splits, total_q, hq, q.shape[2]), (num_splits, hq, total_q),
+            )
+            if config is None and not trace_addr and hasattr(plan, "launch_state"):
+                plan.launch_state = state
+        fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape = state
+        if kv_fp8:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
+            k, v = k.view(torch.uint8), v.view(torch.uint8)
+        # Strides are fixed per launch_state (checked when it was made); data pointers are not.
+        if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) & 15:
+            for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+                _check_tma_operand(name, t)
+        stream = raw_stream(index)
+        lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
         common = (
             args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
-            args.q_descale, args.k_descale, args.v_descale,
-            float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr),
-            stream,
+            args.q_descale, args.k_descale, args.v_descale, *scalars, stream,
         )
-        if num_splits == 1:
+        if combine is None:
             fwd(q, k, v, out, lse, *common)
             return lse
-        o_part = torch.empty((num_splits, total_q, hq, q.shape[2]), dtype=torch.float32, device=device)
-        lse_part = torch.empty((num_splits, hq, total_q), dtype=torch.float32, device=device)
+        o_part = torch.empty(o_part_shape, dtype=torch.float32, device=device)
+        lse_part = torch.empty(lse_part_shape, dtype=torch.float32, device=device)
         fwd(q, k, v, o_part, lse_part, *common)
-        combine = compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype))
-        combine(o_part, lse_part, out, lse, args.cu_seqlens_q, num_splits, stream)
+        combine(o_part, lse_part, out, lse, args.cu_seqlens_q, scalars[4], stream)
         return lse
 
 
-__all__ = ["Mma16Backend", "mask_kind", "WINDOW_INF"]
+class Fp8MmaBackend(Mma16Backend):
+    """The SM90 FP8-MMA kernel (same pipeline as mma16, `Sm90FwdConfig.mma_path="fp8_mma"`): an
+    e4m3 KV cache MMA'd as e4m3 (QGMMA) for QK^T and P.V, Q quantised in-kernel per row."""
+
+    name = "fp8_mma"
+
+    def unsupported(self, problem: Problem, target) -> Optional[str]:
+        if not problem.kv_is_fp8:
+            return f"needs an fp8 e4m3 KV cache, got {problem.kv_dtype} (bf16/fp16 KV: mma16)"
+        return super().unsupported(problem, target)
+
+    def make_config(self, problem: Problem, target):
+        from cute_kernels.config import default_config
+
+        return default_config(
+            kv_dtype="fp8_e4m3",
+            q_dtype=_dtype_name(problem.q_dtype),
+            mask=mask_kind(problem),
+            paged=problem.paged,
+            page_size=problem.page_size,
+            group=problem.group_size,
+            descale=tuple(mode != "none" for mode in problem.descale_modes),
+            fp8_mma=True,
+        )
+
+
+__all__ = ["Mma16Backend", "Fp8MmaBackend", "mask_kind", "WINDOW_INF"]

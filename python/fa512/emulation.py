@@ -13,8 +13,10 @@ Designs (`make_design`):
     visited from high to low; P rounded to fp16 for PV; fp32 accumulation; row_sum from fp32 P.
     On a 16-bit KV cache the same design is ``mma16`` itself, with Q and P in the KV dtype.
 ``fa512_fp8`` (``fp8_mma``)
-    Q quantised by the kernel to e4m3 with a scale per query row (amax / 448), folded into the
-    exp2 scale of that row; QK e4m3 x e4m3 -> fp32; P = exp2(s * scale_log2 - m + 8), so
+    Q quantised by the kernel to e4m3 with a power-of-two scale per query row and d half (the
+    smallest 2^k with amax <= 448 * 2^k, `cute_kernels.fp8_operands`): each consumer warpgroup
+    quantises and multiplies its own half, and the two scaled fp32 partial logits are summed;
+    QK e4m3 x e4m3 -> fp32; P = exp2(s * scale_log2 - m + 8), so
     P is in [0, 256], converted to e4m3 (row_sum from fp32 P; 8 ln2 leaves the lse); PV
     e4m3 x e4m3 accumulated per key block and promoted into fp32 O, which is rescaled by
     exp2(m_old - m_new) in fp32. ``two_term_q`` adds the accuracy mode Q ~ Q_hi + Q_lo
@@ -29,10 +31,13 @@ Every design folds softmax_scale, q_descale and k_descale (and its own Q row sca
 one fp32 exp2 scale per row, and applies v_descale / row_sum once at the end, as the kernels
 do. Masks, GQA, paging, descales and splits follow `fa512.reference` (its helpers are reused).
 
-Not modelled unless asked: the reduced-precision accumulation of FP8 wgmma (``acc_bits``:
-an approximate model that truncates the accumulator to that many mantissa bits after each
-k=32 step), the ex2.approx error (~2 ulp of fp32) and the fp32 summation order inside an MMA.
-Those are at the 1e-6 level next to the 1e-2..1e-4 effects modelled here.
+Not modelled unless asked: the reduced-precision accumulation of FP8 wgmma (``acc_bits``, see
+`gmma_fp8`: each k=32 step aligns its 32 products and the accumulator to the largest exponent
+among them and truncates toward zero ``acc_bits`` bits below it; 13 bits fits the H200 (the
+lse of fp8_mma on 2048 keys: max error 1.6e-5 vs 9.9e-5 for exact accumulation, 2026-11-29)).
+It matters more than its size suggests: an S that differs by 1e-4 flips the e4m3 rounding of
+some P, and each flip moves P by 12.5%. Also not modelled: the ex2.approx error (~2 ulp of
+fp32) and the fp32 summation order of 16-bit MMAs (1e-6 level).
 """
 
 from __future__ import annotations
@@ -55,8 +60,12 @@ E4M3_MAX = 448.0
 P_OFFSET_LOG2 = 8.0
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
-# FP8 wgmma consumes k in steps of 32; the acc_bits model truncates after each step.
-FP8_K_STEP = 32
+# The acc_bits model of FP8 wgmma accumulation aligns and truncates products in groups of this
+# many k (the instruction's k=32; 16 fitted the H200's lse slightly better, 4.9e-6 vs 8.5e-6
+# mean, but its outputs worse, 4.3e-3 vs 2.3e-3 rel L2, 2026-11-29).
+GMMA_FP8_GROUP = 32
+# Bits the acc_bits model keeps below the largest exponent of a group (fitted on the H200).
+GMMA_FP8_BITS = 13
 # Elements of one fp32 working tensor (logits, P, Q or O) per row chunk: 2^23 -> 32 MB.
 _CHUNK_ELEMS = 1 << 23
 
@@ -76,13 +85,15 @@ class Design:
     p_offset : log2 offset added to P before rounding (8 for fa512_fp8), taken out of the lse.
     two_term_q : Q ~ Q_hi + Q_lo, both e4m3 with the row scale (only with "row_e4m3").
     block_n : keys per block of the online softmax (the kernel's tile_n).
-    acc_bits : None for exact fp32 accumulation, or the mantissa bits FP8 wgmma keeps per
-        k=32 step (an approximate model; DeepSeek-V3 reports ~14).
+    acc_bits : None for exact fp32 accumulation, or the bits FP8 wgmma keeps below the largest
+        exponent of each k=32 step (`gmma_fp8`; 13 fits the H200, DeepSeek-V3 reports ~14).
     pv_promote : accumulate each key block's PV into a zeroed temporary and add it into the
         fp32 O (True, the kernel's guard), or accumulate into O directly (False: shows the
         drift of reduced-precision accumulation at long context when ``acc_bits`` is set).
-    q_scale_pow2 : with "row_e4m3", round the row scale up to a power of two (a candidate
-        refinement: exact scaling, same e4m3 relative precision; see `quantize_q_rows`).
+    q_scale_pow2 : with "row_e4m3", round the row scale up to a power of two (exact scaling,
+        same e4m3 relative precision; see `quantize_q_rows`). fa512_fp8 does.
+    q_groups : with "row_e4m3", scale groups per row (contiguous d slices); fa512_fp8 uses 2,
+        one per consumer warpgroup's half of d.
     """
 
     name: str
@@ -94,6 +105,7 @@ class Design:
     acc_bits: Optional[int] = None
     pv_promote: bool = True
     q_scale_pow2: bool = False
+    q_groups: int = 1
 
     def __post_init__(self):
         if self.q_mode not in _Q_MODES:
@@ -106,6 +118,8 @@ class Design:
             raise arg_error(ValueError, "block_n", self.block_n, "an int >= 1")
         if self.acc_bits is not None and not 1 <= self.acc_bits <= 23:
             raise arg_error(ValueError, "acc_bits", self.acc_bits, "None or an int in 1..23")
+        if self.q_groups not in (1, 2, 4):
+            raise arg_error(ValueError, "q_groups", self.q_groups, "1, 2 or 4 (d slices of 512)")
 
     @property
     def uses_fp8_mma(self) -> bool:
@@ -118,8 +132,10 @@ class Design:
         text = self.name
         if self.two_term_q:
             text += "+2q"
-        if self.q_scale_pow2:
+        if self.name != "fa512_fp8" and self.q_scale_pow2:
             text += "+p2"
+        if self.name == "fa512_fp8" and not (self.q_scale_pow2 and self.q_groups == 2):
+            text += f"/q{'p2' if self.q_scale_pow2 else 'amax'}x{self.q_groups}"
         if self.q_mode == "exact" and self.name != "exact":
             text += "[exactQ]"
         if self.block_n != 64:
@@ -141,7 +157,8 @@ def make_design(
     if name == "dequant":
         base = Design("dequant", q_mode="mma16", p_mode="mma16")
     elif name == "fa512_fp8":
-        base = Design("fa512_fp8", q_mode="row_e4m3", p_mode="e4m3", p_offset=P_OFFSET_LOG2)
+        base = Design("fa512_fp8", q_mode="row_e4m3", p_mode="e4m3", p_offset=P_OFFSET_LOG2,
+                      q_scale_pow2=True, q_groups=2)
     elif name == "anchor_fp8":
         base = Design("anchor_fp8", q_mode="tensor_e4m3", p_mode="e4m3", p_offset=0.0)
     else:
@@ -166,41 +183,52 @@ def round_e4m3(x: torch.Tensor) -> torch.Tensor:
     return to_e4m3(x).to(x.dtype)
 
 
-def truncate_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Keep ``bits`` mantissa bits (after the leading one) of each element, rounding to zero."""
-    mant, exp = torch.frexp(x)  # x = mant * 2**exp, |mant| in [0.5, 1)
-    scale = float(2 ** (bits + 1))
-    return torch.ldexp(torch.trunc(mant * scale) / scale, exp)
+def pow2_scale_exponent(amax: torch.Tensor) -> torch.Tensor:
+    """k of the kernel's power-of-two Q scale 2^k: the smallest k with amax <= 448 * 2^k, clamped
+    to [-126, 126], 0 for amax == 0. Bit-exact mirror of `cute_kernels.fp8_operands` (which
+    reads it off amax's exponent and mantissa: 448 = 1.75 * 2^8)."""
+    mant, exp = torch.frexp(amax.float())  # amax = mant * 2^exp, mant in [0.5, 1)
+    k = (exp - 1) - 8 + (2 * mant > 1.75).to(exp.dtype)
+    k = k.clamp(-126, 126)
+    return torch.where(amax == 0, torch.zeros_like(k), k)
 
 
-def quantize_q_rows(q: torch.Tensor, two_term: bool = False, pow2: bool = False):
-    """Per-row e4m3 quantisation of Q as fa512_fp8 does it.
+def quantize_q_rows(q: torch.Tensor, two_term: bool = False, pow2: bool = False, groups: int = 1):
+    """Per-row (per d slice with ``groups`` > 1) e4m3 quantisation of Q as fa512_fp8 does it.
 
     Parameters
     ----------
     q : (..., D) tensor (bf16/fp16/fp32).
     two_term : also return the e4m3 residual Q_lo (same scale) so Q ~ (Q_hi + Q_lo) * scale.
-    pow2 : round the scale up to a power of two (amax lands in (224, 448]); then q / scale is
-        exact and Q_hi equals e4m3(q) rescaled, wherever q is in e4m3's normal range.
+    pow2 : use the kernel's power-of-two scale (`pow2_scale_exponent`: amax / scale in
+        (224, 448]); then q / scale is exact and only e4m3's own rounding remains.
+    groups : independent scales over ``groups`` contiguous slices of D (the kernel: 2).
 
     Returns
     -------
     (q_hi, q_lo, scale) : q_hi/q_lo (..., D) float32 holding e4m3 values (q_lo zeros when not
-    two_term), scale (..., 1) float32 = amax / 448 (1 for all-zero rows).
+    two_term); scale float32, (..., 1) for groups == 1, else (..., D) (each slice's scale
+    repeated over its columns); amax / 448 or the power of two, 1 for all-zero slices.
     """
     qf = q.float()
+    d = qf.shape[-1]
+    if groups > 1:
+        qf = qf.unflatten(-1, (groups, d // groups))
     amax = qf.abs().amax(dim=-1, keepdim=True)
     nonzero = amax > 0
-    scale = torch.where(nonzero, amax / E4M3_MAX, torch.ones_like(amax))
     if pow2:
-        mant, exp = torch.frexp(scale)  # scale = mant * 2^exp, mant in [0.5, 1)
-        scale = torch.ldexp(torch.ones_like(scale), exp - (mant == 0.5).to(exp.dtype))
-        inv = 1.0 / scale
+        k = pow2_scale_exponent(amax)
+        scale = torch.ldexp(torch.ones_like(amax), k)
+        inv = torch.ldexp(torch.ones_like(amax), -k)
     else:
+        scale = torch.where(nonzero, amax / E4M3_MAX, torch.ones_like(amax))
         inv = torch.where(nonzero, E4M3_MAX / amax, torch.ones_like(amax))
     scaled = qf * inv
     q_hi = round_e4m3(scaled)
     q_lo = round_e4m3(scaled - q_hi) if two_term else torch.zeros_like(q_hi)
+    if groups > 1:
+        q_hi, q_lo = q_hi.flatten(-2), q_lo.flatten(-2)
+        scale = scale.expand(*scale.shape[:-1], d // groups).flatten(-2)
     return q_hi, q_lo, scale
 
 
@@ -210,17 +238,25 @@ def _mma16_dtype(problem: Problem) -> torch.dtype:
 
 
 def _q_operand(q: torch.Tensor, design: Design, mma16_dtype: torch.dtype):
-    """(q_op float32, row_scale (..., 1) float32) for (..., D) queries."""
+    """(q_op float32, row_scale (..., 1) float32 or None, q_groups or None) for (..., D) queries.
+
+    q_groups (fa512_fp8 with q_groups > 1): (e4m3 values (..., D), per-column scale (..., D)),
+    for the FP8 accumulation model, which needs each slice's e4m3 product before its scale.
+    """
     if design.q_mode == "mma16":
-        return q.to(mma16_dtype).float(), None
+        return q.to(mma16_dtype).float(), None, None
     if design.q_mode == "row_e4m3":
-        q_hi, q_lo, scale = quantize_q_rows(q, design.two_term_q, design.q_scale_pow2)
+        q_hi, q_lo, scale = quantize_q_rows(q, design.two_term_q, design.q_scale_pow2, design.q_groups)
         # Q_hi + Q_lo is exact in fp32 (at most ~17 significant bits), so one product equals
         # the two QGMMAs accumulated into the same S.
-        return q_hi + q_lo, scale
+        if design.q_groups > 1:
+            # the kernel scales each slice's partial logits before summing them; with power-of-
+            # two scales the dequantised Q is exact, so folding the scale into Q is the same sum
+            return (q_hi + q_lo) * scale, None, (q_hi + q_lo, scale)
+        return q_hi + q_lo, scale, None
     if design.q_mode == "tensor_e4m3":
-        return round_e4m3(q.float()), None
-    return q.float(), None
+        return round_e4m3(q.float()), None, None
+    return q.float(), None, None
 
 
 def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch.Tensor:
@@ -229,15 +265,37 @@ def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch
     return p.to(mma16_dtype).float()
 
 
+def gmma_fp8(a: torch.Tensor, b: torch.Tensor, acc: Optional[torch.Tensor], bits: int) -> torch.Tensor:
+    """acc + a @ b (fp32 result) as an FP8 wgmma accumulates it.
+
+    Per k=32 step, the 32 exact products of each output element and the accumulator are
+    aligned to the largest exponent among them, truncated toward zero ``bits`` bits below it,
+    summed exactly and rounded to fp32. Fitted on the H200 (`GMMA_FP8_BITS` = 13) against the
+    fp8_mma kernel; a, b hold e4m3 (or e4m3 x power-of-two) values, exact in float64.
+
+    A model, not the hardware's specification: on 64 rows x 2048 keys it brings the kernel's
+    lse to 1.6e-5 of it (9.9e-5 with exact accumulation) and its output to 2.3e-3 rel L2
+    (6.1e-3). What remains is P rounding: an S that differs by ~1e-5 still flips the e4m3
+    rounding of a few P, each flip moving that P by 12.5%.
+    """
+    a64, b64 = a.double(), b.double()
+    out = torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.float64, device=a.device) if acc is None else acc.double()
+    step = GMMA_FP8_GROUP
+    for k0 in range(0, a.shape[-1], step):
+        prods = a64[..., :, k0 : k0 + step, None] * b64[..., None, k0 : k0 + step, :]  # (.., M, step, N)
+        terms = torch.cat([prods, out.unsqueeze(-2)], dim=-2)
+        top = terms.abs().amax(dim=-2, keepdim=True)
+        ulp = torch.exp2(torch.floor(torch.log2(top.clamp_min(1e-300))) - bits)
+        out = (torch.trunc(terms / ulp) * ulp).sum(dim=-2).float().double()
+    return out.float()
+
+
 def _mma(a: torch.Tensor, b: torch.Tensor, acc: Optional[torch.Tensor], acc_bits: Optional[int]) -> torch.Tensor:
-    """acc + a @ b over the last dim of a, fp32; with ``acc_bits``, truncated after each k=32 step."""
+    """acc + a @ b over the last dim of a, fp32; with ``acc_bits``, FP8 wgmma's accumulation."""
     if acc_bits is None:
         prod = torch.matmul(a, b)
         return prod if acc is None else acc + prod
-    out = torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.float32, device=a.device) if acc is None else acc
-    for k0 in range(0, a.shape[-1], FP8_K_STEP):
-        out = truncate_mantissa(out + torch.matmul(a[..., k0 : k0 + FP8_K_STEP], b[..., k0 : k0 + FP8_K_STEP, :]), acc_bits)
-    return out
+    return gmma_fp8(a, b, acc, acc_bits)
 
 
 # -- the kernel loop -----------------------------------------------------------------------
@@ -252,7 +310,8 @@ def _finish(o, row_sum, m, v_scale, design):
     return out, lse.squeeze(-1)
 
 
-def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype):
+def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype,
+                          q_groups=None):
     """One split's online softmax over keys [lo, hi), computed for all blocks at once.
 
     Arguments as `_attend_range_sequential`. Mathematically the kernel's loop: block j (visited
@@ -289,7 +348,22 @@ def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo,
     return _finish(o, row_sum, m_final, v_scale, design)
 
 
-def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype):
+def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int) -> torch.Tensor:
+    """S of fa512_fp8 with FP8 accumulation: one e4m3 product per d slice (a consumer
+    warpgroup's half), each scaled by its power-of-two row scale, summed in fp32."""
+    q8, col_scale = q_groups
+    d = q8.shape[-1]
+    w = d // groups
+    s = None
+    for g in range(groups):
+        part = gmma_fp8(q8[..., g * w : (g + 1) * w], k_blk[..., g * w : (g + 1) * w, :], None, acc_bits)
+        part = part * col_scale[..., g * w : g * w + 1]
+        s = part if s is None else s + part
+    return s
+
+
+def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype,
+                             q_groups=None):
     """One split's online softmax over keys [lo, hi), block by block from high to low, as the kernel.
 
     q_op (Hkv, R, D) fp32 (R = G * n rows, g-major); k_op, v_op (Hkv, K, D) fp32; scale_log2 (Hkv, R, 1) fp32; v_scale (Hkv, 1, 1); visible_fn(j0, j1) -> (R, j1-j0)
@@ -309,7 +383,10 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         visible = visible_fn(j0c, j1)
         if not bool(visible.any()):
             continue  # the kernel skips blocks masked for every row; numerically a no-op
-        s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, acc_bits)
+        if acc_bits is not None and q_groups is not None:
+            s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits)
+        else:
+            s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, acc_bits)
         t = (s * scale_log2).masked_fill(~visible, -math.inf)
         m_new = torch.maximum(m, t.amax(dim=-1, keepdim=True))
         # A row with no visible key so far uses offset 0 (no -inf - -inf = NaN).
@@ -422,7 +499,7 @@ def _emulate_forward(
             n = i1 - i0
             # (n, Hq, D) -> (Hkv, G * n, D), rows g-major: query head h = kv_head * G + g.
             qc = args.q[q0 + i0 : q0 + i1].reshape(n, hkv, group, d).permute(1, 2, 0, 3).reshape(hkv, group * n, d)
-            q_op, row_scale = _q_operand(qc, design, mma16_dtype)
+            q_op, row_scale, q_groups = _q_operand(qc, design, mma16_dtype)
             scale_log2 = head_scale if row_scale is None else head_scale * row_scale
             scale_log2 = scale_log2.expand(hkv, group * n, 1)
             rows = torch.arange(i0, i1, device=device)
@@ -433,7 +510,8 @@ def _emulate_forward(
 
             o_parts, lse_parts = [], []
             for lo, hi in ranges:
-                o, lse = attend(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype)
+                o, lse = attend(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo, hi, design, mma16_dtype,
+                                q_groups)
                 o_parts.append(o)
                 lse_parts.append(lse)
             if len(o_parts) == 1:
@@ -511,9 +589,11 @@ __all__ = [
     "P_OFFSET_LOG2",
     "emulate_attention",
     "emulate_forward",
+    "gmma_fp8",
+    "GMMA_FP8_BITS",
     "make_design",
+    "pow2_scale_exponent",
     "quantize_q_rows",
     "round_e4m3",
     "to_e4m3",
-    "truncate_mantissa",
 ]

@@ -1,0 +1,210 @@
+"""The operands of the FP8 (QGMMA) forward: Q quantised per row, P in A registers, V transposed.
+
+FP8 wgmma takes both smem operands K-major and an A operand from registers in its own
+fragment layout. Three consequences, each handled here by one warpgroup on its d half:
+
+Q (`quantize_q_half`)
+    Q arrives in bf16/fp16. Each warpgroup quantises its (64, 256) half to e4m3 with one
+    power-of-two scale per row and half: scale = 2^k for the smallest k with amax <= 448 * 2^k
+    (k clamped to [-126, 126]; an all-zero row gets 1). q / scale is exact, so the only rounding
+    is e4m3's own, and S_half = scale * (Q8_half . K_half) is what `FlashFwdSm90` sums across the
+    two warpgroups. `fa512.emulation` (design fa512_fp8) reproduces this rule bit for bit.
+
+P (`p_to_fp8_a`)
+    The fp32 accumulator of an m64nN wgmma holds, per thread (q = lane % 4), columns
+    8j + 2q + {0, 1} of rows r and r+8. The e4m3 A fragment of an m64k32 wgmma holds
+    k = 4q..4q+3 and 16+4q..19+4q of rows r and r+8. Register renaming alone maps one onto the
+    other if P's key order inside each 16-key group is permuted: A's k index 16G + 4q + e holds
+    the key ``key_of_k(16G + 4q + e) = 16G + 2q + (e & 1) + 8 (e >> 1)`` (`P_KEY_ORDER`).
+    No shuffles: the C->A move is a compile-time register permutation (`P_REGISTER_PERM`).
+
+V (`transpose_v_half`)
+    PV needs V^T K-major (keys contiguous per d row) in the same permuted key order, so the
+    transpose writes ``Vt[d, k] = V[key_of_k(k), d]``. A thread reads 16 d-bytes of the four
+    keys that land in one 4-byte word of Vt (16G + 2q + {0, 1, 8, 9}), transposes the 4 x 4 byte
+    blocks with 8 ``prmt`` each and writes 16 words. Rows at or past ``rows_valid`` are written
+    as zeros: a NaN bit pattern in an unused cache slot must not meet a zero P in the MMA.
+
+The pure-Python tables at the top are what the CPU tests check; the DSL code below uses them.
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float8E4M3FN, Float32, Int32, Uint32, const_expr
+
+from .dsl_utils import bits_f32, byte_perm, f32_bits
+
+E4M3_MAX = 448.0
+Q_SCALE_K_MIN, Q_SCALE_K_MAX = -126, 126
+
+
+def key_of_k(k: int) -> int:
+    """Key (column of P / row of V) that A-operand index k of the P.V product holds."""
+    g16, rest = divmod(k, 16)
+    q, e = divmod(rest, 4)
+    return 16 * g16 + 2 * q + (e & 1) + 8 * (e >> 1)
+
+
+P_KEY_ORDER = tuple(key_of_k(k) for k in range(16))  # (0, 1, 8, 9, 2, 3, 10, 11, ...)
+# A-fragment value j (e + 4 h + 8 kh in one k32 block: byte e, row half h, k half kh) takes
+# accumulator value (e & 1) + 2 h + 4 (e >> 1) + 8 kh (column pair, row half, 8-column group).
+P_REGISTER_PERM = tuple((j & 1) + 2 * ((j >> 2) & 1) + 4 * ((j >> 1) & 1) + 8 * (j >> 3) for j in range(16))
+
+
+def q_scale_exponent(amax: float) -> int:
+    """k of the power-of-two row scale 2^k (Python mirror of the kernel's bit arithmetic)."""
+    import struct
+
+    bits = struct.unpack("<I", struct.pack("<f", amax))[0]
+    if amax == 0.0:
+        return 0
+    biased, frac = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    k = biased - 127 - 8 + (1 if frac > 0x600000 else 0)  # 1.frac > 1.75 = 448 / 256
+    return max(Q_SCALE_K_MIN, min(Q_SCALE_K_MAX, k))
+
+
+@cute.jit
+def _scale_exponent(amax: Float32) -> Int32:
+    bits = f32_bits(amax)
+    k = ((bits >> 23) & 0xFF) - 135
+    if (bits & 0x7FFFFF) > 0x600000:
+        k = k + 1
+    k = cutlass.max(Int32(Q_SCALE_K_MIN), cutlass.min(Int32(Q_SCALE_K_MAX), k))
+    if amax == Float32(0.0):
+        k = Int32(0)
+    return k
+
+
+@cute.jit
+def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32):
+    """sQ8 (64, 256) e4m3 <- sQ_in (64, 256) bf16/f16 / scale[row]; sScale (64,) fp32 <- scale.
+
+    Thread t handles the 16 columns of chunk t % 16 in rows t // 16 + 8 i; the 16 threads of a
+    row are 16 consecutive lanes, so the row amax is a 4-step butterfly. Two passes over smem
+    (amax, then scale and convert) keep 16 values live per thread instead of 128.
+    """
+    rows = cute.size(sQ_in, mode=[0])
+    chunk = tidx_wg % 16
+    for i in cutlass.range_constexpr(rows // 8):
+        row = tidx_wg // 16 + 8 * i
+        src = cute.local_tile(sQ_in, (1, 16), (row, chunk))
+        r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
+        cute.autovec_copy(src, r_in)
+        vals = r_in.load().to(Float32)
+        amax = Float32(0.0)
+        for c in cutlass.range_constexpr(16):
+            amax = cute.arch.fmax(amax, abs(vals[c]))
+        for off in (1, 2, 4, 8):
+            amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=off))
+        k = _scale_exponent(amax)
+        inv = bits_f32((127 - k) << 23)  # 2^-k: exact
+        r_f = cute.make_rmem_tensor((1, 16), Float32)
+        r_f.store(vals * inv)
+        r_out = cute.make_rmem_tensor((1, 16), Float8E4M3FN)
+        r_out.store(r_f.load().to(Float8E4M3FN))
+        cute.autovec_copy(r_out, cute.local_tile(sQ8, (1, 16), (row, chunk)))
+        if chunk == 0:
+            sScale[row] = bits_f32((127 + k) << 23)
+
+
+@cute.jit
+def p_to_fp8_a(acc_P: cute.Tensor, tOrP: cute.Tensor):
+    """Write the fp32 probabilities of an m64nN accumulator into an e4m3 A fragment (k = N).
+
+    A pure register renaming (`P_REGISTER_PERM`) plus ``cvt.rn.satfinite.e4m3x2.f32``; the key
+    order it implies is `P_KEY_ORDER`, which `transpose_v_half` applies to V.
+    """
+    n = cute.size(acc_P)
+    # (byte bit 0, byte bit 1, row half, k half, k32 block) -> accumulator register
+    perm = cute.make_layout((2, 2, 2, 2, n // 16), stride=(1, 4, 2, 8, 16))
+    src = cute.make_tensor(acc_P.iterator, perm)
+    dst = cute.make_tensor(tOrP.iterator, cute.make_layout((2, 2, 2, 2, n // 16)))
+    dst.store(src.load().to(Float8E4M3FN))
+
+
+def _transpose4x4(a, b, c, d):
+    """Words a..d hold bytes [x0 x1 x2 x3] of four source rows; return the four words whose
+    byte r is row r's byte i (i = 0..3), i.e. the 4 x 4 byte transpose."""
+    ab_lo = byte_perm(a, b, 0x5140)  # a0 b0 a1 b1
+    cd_lo = byte_perm(c, d, 0x5140)  # c0 d0 c1 d1
+    ab_hi = byte_perm(a, b, 0x7362)  # a2 b2 a3 b3
+    cd_hi = byte_perm(c, d, 0x7362)  # c2 d2 c3 d3
+    return (
+        byte_perm(ab_lo, cd_lo, 0x5410),  # a0 b0 c0 d0
+        byte_perm(ab_lo, cd_lo, 0x7632),  # a1 b1 c1 d1
+        byte_perm(ab_hi, cd_hi, 0x5410),
+        byte_perm(ab_hi, cd_hi, 0x7632),
+    )
+
+
+def vt_word_index(d: int, w4, tile_n: int):
+    """Word (4-key) index of Vt[d, 4 w4 .. 4 w4 + 3] in the K-major Vt tile of one warpgroup:
+    rows of tile_n bytes, 64 B swizzle (tile_n=64: 16-byte chunk ^= (d >> 1) & 3) or 32 B
+    swizzle (tile_n=32: chunk ^= (d >> 2) & 1), as `warpgroup.make_smem_layout_atom` lays them
+    out (checked against the CuTe layout by tests/test_fp8_operands.py)."""
+    if tile_n == 64:
+        return d * 16 + (w4 ^ (((d >> 1) & 3) << 2))
+    return d * 8 + (w4 ^ (((d >> 2) & 1) << 2))
+
+
+def v_chunk_index(key, c16, tile_n: int):
+    """16-byte chunk index of V[key, 16 c16 .. 16 c16 + 15] in one (tile_n, 512) e4m3 TMA
+    stage: 128 B swizzle atoms (8 keys x 128 B) stacked along keys, then along d."""
+    return (c16 // 8) * tile_n * 8 + key * 8 + ((c16 % 8) ^ (key % 8))
+
+
+@cute.jit
+def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32,
+                     rows_valid, tile_n: cutlass.Constexpr[int]):
+    """Vt (256, tile_n) e4m3, K-major <- warpgroup wg's d half of V stage ``stage``, keys in
+    `P_KEY_ORDER`.
+
+    sV_chunks : the V stage ring as (16-byte chunks, 4) words; sVt_words : words, Vt of this
+    warpgroup from word ``vt_base``. Addresses are computed from `v_chunk_index` /
+    `vt_word_index` rather than through the swizzled CuTe views: those made the compiler hoist
+    one address per store out of the block loop and spill.
+
+    Unit (word column w4, 16-byte d chunk): the four source keys of Vt columns 4 w4 .. 4 w4 + 3,
+    16 bytes each, become 16 Vt words. Lanes vary the word column fastest, so the 32-bit stores
+    of a warp fill whole rows. Keys >= ``rows_valid`` are stored as zeros (None: all valid).
+    """
+    n_w4 = tile_n // 4  # 4-key words per Vt row
+    units = n_w4 * 16  # x 16 d chunks of 16 bytes in a 256-column half
+    stage_base = stage * (tile_n * 32)
+    for it in cutlass.range_constexpr(units // 128):
+        unit = tidx_wg + 128 * it
+        w4 = unit % n_w4
+        chunk = unit // n_w4
+        g16 = w4 // 4
+        q = w4 % 4
+        words = []  # per source key e: its 16 d-bytes as 4 words
+        for e in cutlass.range_constexpr(4):
+            key = 16 * g16 + 2 * q + (e & 1) + 8 * (e >> 1)
+            row = cute.make_rmem_tensor(4, Uint32)
+            cute.autovec_copy(sV_chunks[stage_base + v_chunk_index(key, 16 * wg + chunk, tile_n), None], row)
+            if const_expr(rows_valid is not None):
+                if key >= rows_valid:
+                    row.fill(0)
+            words.append(row)
+        row0 = vt_base + (16 * chunk) * (tile_n // 4)  # Vt row 16 chunk: the swizzle only sees d % 8
+        for w in cutlass.range_constexpr(4):
+            cols = _transpose4x4(words[0][w], words[1][w], words[2][w], words[3][w])
+            for i in cutlass.range_constexpr(4):
+                d = 4 * w + i
+                sVt_words[row0 + vt_word_index(d, w4, tile_n)] = cols[i]
+
+
+__all__ = [
+    "E4M3_MAX",
+    "P_KEY_ORDER",
+    "P_REGISTER_PERM",
+    "key_of_k",
+    "q_scale_exponent",
+    "quantize_q_half",
+    "p_to_fp8_a",
+    "transpose_v_half",
+    "v_chunk_index",
+    "vt_word_index",
+]

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One batched H200 session: each step under its own timeout, its log under $OUT/<step>.log, a
+# one-line status per step at the end. Usage (repository root, DSL environment sourced):
+#   bash profiles/gpu_session.sh STEP [STEP ...]      steps: see the case statement below
+set -u
+OUT=${OUT:-out/gpu_session}
+mkdir -p "$OUT"
+export PYTHONPATH=python:.:${PYTHONPATH:-}
+export FA512_CACHE_DIR=${FA512_CACHE_DIR:-/root/fa512cache}
+status=()
+run() {  # name seconds command...
+  local name=$1 secs=$2; shift 2
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$secs" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  status+=("$name rc=$rc $(( $(date +%s) - t0 ))s: $(tail -n 1 "$OUT/$name.log" | cut -c1-150)")
+}
+smoke="python3 profiles/gpu_mma16_smoke.py --timeout 240 --kernel-timeout 30"
+for step in "$@"; do
+  case $step in
+    dump)        mkdir -p "$OUT/dump"; run dump 200 python3 profiles/fp8_dump.py "$OUT/dump" ;;
+    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_call_cache.py tests/test_host_overhead.py -rs ;;
+    probes)      run probes 300 python3 -m pytest -q -m gpu tests/test_fp8_operands.py -rs ;;
+    diag_fp8)    run diag_fp8 400 $smoke --diag --case fp8_mma --out "$OUT/diag_fp8" ;;
+    fp8_quick)   run fp8_quick 500 $smoke --fp8 --quick --no-perf --out "$OUT/fp8_quick" ;;
+    fp8_full)    run fp8_full 580 $smoke --fp8 --out "$OUT/fp8_full" ;;
+    fp8_perf)    run fp8_perf 400 $smoke --fp8 --case perf_ --out "$OUT/fp8_perf" ;;
+    mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
+    gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
+    overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 31 --calls 200 ;;
+    check)       run check 580 python3 -m fa512 check ;;
+    bench)       run bench 580 python3 -m fa512 bench --quick --out "$OUT/bench" ;;
+    ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;
+    nsys)        run nsys 200 python3 profiles/nsys_run.py --case decode --kernel auto --kv fp8 --out "$OUT/nsys" ;;
+    nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;
+    san_*)       # compute-sanitizer on one tiny diag case: san_<memcheck|racecheck>_<case substring>
+      tool=$(echo "$step" | cut -d_ -f2); case_=$(echo "$step" | cut -d_ -f3-)
+      extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report all"
+      run "$step" 280 compute-sanitizer --tool "$tool" $extra --print-limit 20 \
+        $smoke --diag --inline --case "$case_" --kernel-timeout 270 ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+printf '%s\n' "${status[@]}"

@@ -1,0 +1,234 @@
+"""Host launch overhead of one warm eager call served by the mma16 kernel.
+
+Run from the repository root on an SM90 GPU (CuTe DSL installed; FA512_CACHE_DIR set so the
+kernels load from the disk cache)::
+
+    PYTHONPATH=python:. python3 profiles/host_overhead.py [--case NAME ...] [--repeats 31] [--calls 200]
+
+Without a GPU (or with ``--stub``) the same Python path runs on CPU tensors of the same shapes,
+with the CUDA-only pieces stubbed (`stubbed`): the target reads as an H200, the compiled
+kernels are a no-op Python function, the raw-stream getter returns 0 and allocations come from
+the CPU allocator. That measures everything fa512 does per call except the tvm-ffi call itself
+and the CUDA caching allocator; one CPU-only extra is the TRITON_INTERPRET lookup that CPU call
+signatures carry (~0.5-1 us).
+
+Per case and entry point (``attention``: out allocated by fa512; ``attention_out``: the
+caller's out; ``op``: ``torch.ops.fa512.fwd`` through the dispatcher), after warm-up: each of
+``--repeats`` rounds times ``--calls`` back-to-back calls with time.perf_counter (no sync inside
+the round) and reports us per call (median and min over rounds). On a GPU the same rounds are
+also timed with CUDA events (device time per call; equal to the host time only when the GPU
+waits on the host, as in the ``decode_tiny`` case). ``--profile`` adds a cProfile of the warm
+``attention`` loop. The acceptance bar is < 10 us per call for ``attention`` and ``op``.
+
+Dev-VM numbers (stubbed, before and after the per-signature launchers) are in fa512/call_cache.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+from typing import Optional
+
+import torch
+
+D = 512
+# Gemma-4 31B full-attention heads (Hq=32, Hkv=4). q_len / k_len per sequence.
+CASES = {
+    "decode_fp8": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.float8_e4m3fn, page_size=64),
+    "decode_fp8_descale": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.float8_e4m3fn, page_size=64,
+                               descale=True),
+    "decode_bf16": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.bfloat16, page_size=64),
+    "decode_bf16_splits": dict(batch=4, q_len=1, k_len=8192, kv_dtype=torch.bfloat16, page_size=64, num_splits=8),
+    "prefill_causal": dict(batch=1, q_len=8192, k_len=8192, kv_dtype=torch.bfloat16, page_size=0, causal=True),
+    # A kernel shorter than the host work: CUDA-event time per call is then the launch rate.
+    "decode_tiny": dict(batch=1, q_len=1, k_len=64, kv_dtype=torch.bfloat16, page_size=64),
+}
+APIS = ("attention", "attention_out", "op")
+
+
+def make_call(case: dict, device: str, hq: int = 32, hkv: int = 4) -> tuple:
+    """(q, k, v, kwargs) for `fa512.attention`; K/V uninitialised (only the launch is timed)."""
+    b, lq, lk, ps = case["batch"], case["q_len"], case["k_len"], case["page_size"]
+    i32 = dict(dtype=torch.int32, device=device)
+    q = torch.empty(b * lq, hq, D, dtype=torch.bfloat16, device=device)
+    kw = dict(
+        cu_seqlens_q=torch.arange(0, b * lq + 1, lq, **i32), seqused_k=torch.full((b,), lk, **i32),
+        max_seqlen_q=lq, max_seqlen_k=lk, softmax_scale=1.0, causal=case.get("causal", False),
+        num_splits=case.get("num_splits", 0), kernel="mma16",
+    )
+    if ps:
+        pages = b * (-(-lk // ps))
+        k = torch.empty(pages, ps, hkv, D, dtype=case["kv_dtype"], device=device)
+        kw["page_table"] = torch.arange(pages, **i32).view(b, -1)
+    else:
+        k = torch.empty(b * lk, hkv, D, dtype=case["kv_dtype"], device=device)
+        kw["cu_seqlens_k"] = torch.arange(0, b * lk + 1, lk, **i32)
+    if case.get("descale"):
+        kw["k_descale"] = torch.ones(hkv, device=device)
+        kw["v_descale"] = torch.ones(hkv, device=device)
+    return q, k, torch.empty_like(k), kw
+
+
+def op_args(q, k, v, out, kw) -> tuple:
+    """The 19 positional arguments of torch.ops.fa512.fwd for the same call."""
+    return (
+        q, k, v, out, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], kw["max_seqlen_q"],
+        kw["seqused_k"], kw["max_seqlen_k"], kw["softmax_scale"], kw["causal"], -1, -1, kw.get("q_descale"),
+        kw.get("k_descale"), kw.get("v_descale"), kw["num_splits"], kw["kernel"],
+    )
+
+
+class StubKernel:
+    """Stands in for a compiled tvm-ffi function: records its calls, runs nothing."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.calls = 0
+        self.last_args: Optional[tuple] = None
+
+    def __call__(self, *args):
+        self.calls += 1
+        self.last_args = args
+
+
+@contextlib.contextmanager
+def stubbed():
+    """Make the mma16 launch path runnable on CPU tensors (see the module docstring).
+
+    Yields {"fwd": StubKernel, "combine": StubKernel}; the fa512 caches are cleared on entry
+    and exit so no launcher holding a stub outlives the block.
+    """
+    from fa512 import call_cache, compile_cache
+    from fa512.backends import BACKENDS
+    from fa512.dispatch import Target
+
+    stubs = {"fwd": StubKernel("fwd"), "combine": StubKernel("combine")}
+    h200 = Target("cuda", (9, 0), 132)
+    saved = [
+        (call_cache, "target_of", call_cache.target_of),
+        (compile_cache, "get_kernel", compile_cache.get_kernel),
+        (BACKENDS["mma16"], "unavailable", None),  # an instance attribute shadowing the method
+        (torch._C, "_cuda_getCurrentRawStream", getattr(torch._C, "_cuda_getCurrentRawStream", None)),
+    ]
+    call_cache.target_of = lambda device: h200
+    compile_cache.get_kernel = lambda spec, target_arch=None: stubs[spec.kind]
+    BACKENDS["mma16"].unavailable = lambda: None
+    torch._C._cuda_getCurrentRawStream = lambda index: 0
+    call_cache.clear()
+    try:
+        yield stubs
+    finally:
+        call_cache.clear()
+        for obj, name, value in saved:
+            if value is None:
+                if name in vars(obj):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+
+
+def _loop(api: str, q, k, v, kw, out, calls: int) -> None:
+    import fa512
+
+    if api == "attention":
+        for _ in range(calls):
+            fa512.attention(q, k, v, **kw)
+    elif api == "attention_out":
+        for _ in range(calls):
+            fa512.attention(q, k, v, **kw, out=out)
+    else:
+        args = op_args(q, k, v, out, kw)
+        fwd = torch.ops.fa512.fwd
+        for _ in range(calls):
+            fwd(*args)
+
+
+def measure(case: str, api: str, device: str, repeats: int = 31, calls: int = 200, warmup: int = 20) -> dict:
+    """us per warm call: host (perf_counter) and, on a GPU, device (CUDA events); median and min."""
+    from fa512 import op
+
+    q, k, v, kw = make_call(CASES[case], device)
+    out = torch.empty_like(q)
+    _loop(api, q, k, v, kw, out, warmup)
+    cuda = device == "cuda"
+    host, dev = [], []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        _loop(api, q, k, v, kw, out, calls)
+        host.append((time.perf_counter() - t0) / calls * 1e6)
+        if cuda:
+            end.record()
+            end.synchronize()
+            dev.append(start.elapsed_time(end) / calls * 1e3)
+    row = dict(case=case, api=api, kernel=op.last_launch.get("kernel"), num_splits=op.last_launch.get("num_splits"),
+               host_us_median=statistics.median(host), host_us_min=min(host))
+    if cuda:
+        row.update(device_us_median=statistics.median(dev), device_us_min=min(dev))
+    return row
+
+
+def profile(case: str, device: str, calls: int = 5000, top: int = 15) -> str:
+    import io
+
+    q, k, v, kw = make_call(CASES[case], device)
+    _loop("attention", q, k, v, kw, None, 20)
+    prof = cProfile.Profile()
+    prof.runcall(_loop, "attention", q, k, v, kw, None, calls)
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", nargs="*", choices=sorted(CASES), default=None, help="default: all")
+    parser.add_argument("--api", nargs="*", choices=APIS, default=list(APIS))
+    parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--calls", type=int, default=200, help="back-to-back calls per timed round")
+    parser.add_argument("--stub", action="store_true", help="CPU tensors + stubs even where a GPU exists")
+    parser.add_argument("--profile", action="store_true", help="cProfile the warm attention loop per case")
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    args = parser.parse_args(argv)
+
+    import fa512  # noqa: F401  (registers torch.ops.fa512.fwd)
+
+    stub = args.stub or not torch.cuda.is_available()
+    device = "cpu" if stub else "cuda"
+    cases = args.case or list(CASES)
+    print(f"# {'stubbed kernel, CPU tensors' if stub else torch.cuda.get_device_name()}; torch {torch.__version__}; "
+          f"{args.repeats} rounds x {args.calls} calls")
+    rows = []
+    with stubbed() if stub else contextlib.nullcontext():
+        for case in cases:
+            for api in args.api:
+                row = measure(case, api, device, args.repeats, args.calls)
+                rows.append(row)
+                extra = (f"  device {row['device_us_median']:7.2f} (min {row['device_us_min']:7.2f})"
+                         if "device_us_median" in row else "")
+                print(f"{case:20s} {api:14s} {row['kernel']}/{row['num_splits']}  host {row['host_us_median']:6.2f} us"
+                      f" (min {row['host_us_min']:6.2f}){extra}", flush=True)
+            if args.profile:
+                print(profile(case, device))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(stub=stub, torch=torch.__version__, rows=rows), fh, indent=1)
+    out_dir = os.environ.get("OUT")
+    if out_dir and os.path.isdir(out_dir):
+        with open(os.path.join(out_dir, "host_overhead.json"), "w") as fh:
+            json.dump(dict(stub=stub, torch=torch.__version__, rows=rows), fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The FP8 forward's operand steps (cute_kernels/fp8_operands.py): key order, P register
+permutation, smem addressing of the V transpose, Q quantisation.
+
+CPU: the pure-Python tables against the wgmma fragment layouts CuTe builds, the transpose's
+hand-written addressing against CuTe's swizzled layouts, and the probe kernels compile for
+sm_90a. GPU: the probes run the transpose and the quantisation alone and are compared bit for
+bit with the Python models.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from cute_kernels.fp8_operands import P_KEY_ORDER, P_REGISTER_PERM, key_of_k, v_chunk_index, vt_word_index
+
+needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
+
+
+def test_key_order_is_a_permutation_within_16_key_groups():
+    for tile_n in (32, 64):
+        keys = [key_of_k(k) for k in range(tile_n)]
+        assert sorted(keys) == list(range(tile_n))
+        assert all(key // 16 == k // 16 for k, key in enumerate(keys))
+    assert P_KEY_ORDER[:8] == (0, 1, 8, 9, 2, 3, 10, 11)
+    assert sorted(P_REGISTER_PERM) == list(range(16))
+
+
+def _jit_eval(fn):
+    """Run ``fn`` (plain Python using CuTe layouts) inside a traced function; returns its result."""
+    import cutlass.cute as cute
+
+    box = {}
+
+    @cute.jit
+    def traced():
+        box["out"] = fn()
+
+    cute.compile(traced, options="--gpu-arch sm_90a")
+    return box["out"]
+
+
+@needs_dsl
+def test_register_permutation_matches_the_wgmma_fragments():
+    # Thread 0's accumulator value i sits at (row, col) of the m64nN C tile, its A value j at
+    # (row, k) of the m64k32 e4m3 A tile (read off CuTe's TV layouts). Moving C value
+    # P_REGISTER_PERM[j] into A value j must keep the row and put key key_of_k(k) at k.
+    import cutlass.utils.hopper_helpers as sm90_utils
+    from cutlass import Float8E4M3FN, Float32
+    from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
+
+    def layouts():
+        mma = sm90_utils.make_trivial_tiled_mma(
+            Float8E4M3FN, Float8E4M3FN, OperandMajorMode.K, OperandMajorMode.K, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 256), a_source=warpgroup.OperandSource.RMEM,
+        )
+        out = []
+        for lane in (0, 1, 2, 3, 4, 37, 101):
+            a = [mma.tv_layout_A((lane, v)) for v in range(16)]  # offset in (M=64, K=32), col-major
+            c = [mma.tv_layout_C((lane, v)) for v in range(16)]  # offset in (M=64, N=256)
+            out.append((a, c))
+        return out
+
+    for a, c in _jit_eval(layouts):
+        for j in range(16):
+            a_row, a_k = a[j] % 64, a[j] // 64
+            c_row, c_col = c[P_REGISTER_PERM[j]] % 64, c[P_REGISTER_PERM[j]] // 64
+            assert a_row == c_row
+            assert key_of_k(a_k) == c_col
+
+
+@needs_dsl
+def test_transpose_addressing_matches_cute_layouts():
+    from cutlass import Float8E4M3FN
+    from cutlass.cute.nvgpu import warpgroup
+    import cutlass.cute as cute
+
+    def check():
+        bad = []
+        for kind, tile_n in ((warpgroup.SmemLayoutAtomKind.K_SW64, 64), (warpgroup.SmemLayoutAtomKind.K_SW32, 32)):
+            vt = cute.tile_to_shape(warpgroup.make_smem_layout_atom(kind, Float8E4M3FN), (256, tile_n, 1),
+                                    order=(0, 1, 2))
+            for d in range(256):
+                for w4 in range(tile_n // 4):
+                    if vt((d, 4 * w4, 0)) != 4 * vt_word_index(d, w4, tile_n):
+                        bad.append(("vt", tile_n, d, w4))
+            atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, Float8E4M3FN)
+            v = cute.tile_to_shape(atom, (tile_n, 512), order=(0, 1))
+            for key in range(tile_n):
+                for c16 in range(32):
+                    if v((key, 16 * c16)) != 16 * v_chunk_index(key, c16, tile_n):
+                        bad.append(("v", tile_n, key, c16))
+        return bad
+
+    assert _jit_eval(check) == []
+
+
+@needs_dsl
+@pytest.mark.parametrize("kind, tile_n", [("transpose", 64), ("transpose", 32), ("quantize", 64)])
+def test_probes_compile_for_sm90a(kind, tile_n):
+    import cutlass.cute as cute
+
+    from cute_kernels.fp8_operand_probe import QuantizeProbe, TransposeProbe, fake_args
+
+    obj = TransposeProbe(tile_n) if kind == "transpose" else QuantizeProbe()
+    cute.compile(obj, *fake_args(kind, tile_n), options="--gpu-arch sm_90a --enable-tvm-ffi")
+
+
+# -- GPU: the probes against the Python models ------------------------------------------------
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def _compile(obj, args):
+    import cutlass.cute as cute
+
+    return cute.compile(obj, *args, options="--enable-tvm-ffi")
+
+
+@pytest.mark.gpu
+@needs_dsl
+@pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
+@pytest.mark.parametrize("tile_n, rows_valid", [(64, 64), (64, 37), (32, 32), (32, 5)])
+def test_gpu_transpose_probe_matches_model(tile_n, rows_valid):
+    from cute_kernels.fp8_operand_probe import TransposeProbe, fake_args
+
+    g = torch.Generator().manual_seed(tile_n + rows_valid)
+    v = torch.randint(0, 256, (tile_n, 512), dtype=torch.uint8, generator=g)
+    want = torch.zeros(2, 256 * tile_n, dtype=torch.uint8)
+    for w in range(2):
+        for d in range(256):
+            for k in range(tile_n):
+                key = key_of_k(k)
+                byte = 4 * vt_word_index(d, k // 4, tile_n) + k % 4
+                want[w, byte] = v[key, 256 * w + d] if key < rows_valid else 0
+    fn = _compile(TransposeProbe(tile_n), fake_args("transpose", tile_n))
+    vt = torch.zeros(2, 256 * tile_n, dtype=torch.uint8, device="cuda")
+    fn(v.cuda(), vt, rows_valid, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.equal(vt.cpu(), want)
+
+
+@pytest.mark.gpu
+@needs_dsl
+@pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_quantize_probe_matches_emulation(dtype):
+    from cute_kernels.fp8_operand_probe import QuantizeProbe, fake_args
+    from fa512.emulation import quantize_q_rows
+
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(64, 512, generator=g) * torch.exp(torch.randn(64, 1, generator=g) * 3)
+    q[3] = 0.0  # an all-zero row: scale 1
+    q[5, 256:] *= 1e-4  # halves with very different ranges
+    q = q.to(dtype)
+    q_hi, _, scale = quantize_q_rows(q, pow2=True, groups=2)
+    fn = _compile(QuantizeProbe(), fake_args("quantize", 64, "bf16" if dtype == torch.bfloat16 else "f16"))
+    q8 = torch.zeros(64, 512, dtype=torch.uint8, device="cuda")
+    sc = torch.zeros(2, 64, dtype=torch.float32, device="cuda")
+    fn(q.cuda(), q8, sc, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    assert torch.equal(q8.cpu().view(torch.float8_e4m3fn).float(), q_hi)
+    assert torch.equal(sc.cpu(), torch.stack([scale[:, 0], scale[:, 256]]))

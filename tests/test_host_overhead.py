@@ -1,0 +1,94 @@
+"""profiles/host_overhead.py: its stubbed run is the mma16 warm path (launcher + launch state)."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+import fa512
+from fa512 import call_cache, op
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def ho():
+    spec = importlib.util.spec_from_file_location("host_overhead", os.path.join(ROOT, "profiles", "host_overhead.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _small(ho, **over):
+    """A benchmark case shrunk to test size (same kinds of tensors as the real one)."""
+    case = dict(ho.CASES["decode_fp8_descale"], batch=3, k_len=256, num_splits=1)
+    case.update(over)
+    return ho.make_call(case, "cpu")
+
+
+def test_warm_calls_reach_the_stub_kernel_with_each_calls_tensors(ho):
+    with ho.stubbed() as stubs:
+        q, k, v, kw = _small(ho)
+        fa512.attention(q, k, v, **kw)
+        q2, k2, v2, _ = _small(ho)
+        out2 = torch.empty_like(q2)
+        kw["k_descale"].fill_(3.0)
+        _, lse = fa512.attention(q2, k2, v2, **kw, out=out2)
+        (launcher,) = call_cache._cache.values()  # out=None and a contiguous out: one signature
+        assert launcher.launch_state is not None and op.last_launch["kernel"] == "mma16"
+        a = stubs["fwd"].last_args
+        assert stubs["fwd"].calls == 2 and stubs["combine"].calls == 0
+        assert a[0] is q2 and a[3] is out2 and a[4] is lse and lse.shape == (32, 3)
+        assert a[1].dtype == torch.uint8 and a[1].data_ptr() == k2.data_ptr() and a[2].data_ptr() == v2.data_ptr()
+        assert a[5] is kw["cu_seqlens_q"] and a[7] is kw["seqused_k"] and a[8] is kw["page_table"]
+        assert a[9] is None and a[10].shape == (3, 4) and a[10][2, 3] == 3.0  # (B, Hkv) descale view
+        assert a[12:18] == (1.0, 1 << 30, 1 << 30, 1, 1, 0) and a[18] == 0  # scalars, then the stream
+
+
+def test_splits_run_the_combine_stub(ho):
+    with ho.stubbed() as stubs:
+        q, k, v, kw = _small(ho, kv_dtype=torch.bfloat16, descale=False, num_splits=3)
+        for _ in range(2):
+            out, lse = fa512.attention(q, k, v, **kw)
+        o_part, lse_part = stubs["fwd"].last_args[3:5]
+        assert o_part.shape == (3, 3, 32, 512) and lse_part.shape == (3, 32, 3)
+        c = stubs["combine"].last_args
+        assert stubs["combine"].calls == 2 and c[0] is o_part and c[2] is out and c[3] is lse and c[5] == 3
+
+
+def test_op_and_attention_share_the_launcher(ho):
+    with ho.stubbed() as stubs:
+        q, k, v, kw = _small(ho)
+        out = torch.empty_like(q)
+        fa512.attention(q, k, v, **kw, out=out)
+        torch.ops.fa512.fwd(*ho.op_args(q, k, v, out, kw))
+        assert len(call_cache._cache) == 1 and stubs["fwd"].calls == 2
+
+
+def test_alignment_is_checked_on_warm_calls(ho):
+    with ho.stubbed():
+        q, k, v, kw = _small(ho)
+        fa512.attention(q, k, v, **kw)
+        buf = torch.empty(q.numel() + 8, dtype=q.dtype)
+        q_odd = buf.as_strided(q.shape, q.stride(), storage_offset=1)  # same signature, 2-byte aligned
+        with pytest.raises(ValueError, match="16-byte aligned"):
+            fa512.attention(q_odd, k, v, **kw)
+
+
+def test_stubbed_restores_what_it_patched(ho):
+    before = (call_cache.target_of, hasattr(torch._C, "_cuda_getCurrentRawStream"))
+    with ho.stubbed():
+        assert call_cache.target_of(torch.device("cpu")).is_sm90
+    assert (call_cache.target_of, hasattr(torch._C, "_cuda_getCurrentRawStream")) == before
+    assert "unavailable" not in vars(fa512.backends.BACKENDS["mma16"])
+
+
+def test_main_writes_rows_for_every_entry_point(ho, tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    assert ho.main(["--case", "decode_tiny", "--repeats", "2", "--calls", "3", "--stub", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["api"] for r in rows] == list(ho.APIS)
+    assert all(r["kernel"] == "mma16" and r["host_us_min"] > 0 for r in rows)
+    assert "decode_tiny" in capsys.readouterr().out
