@@ -47,16 +47,18 @@ class Carried:
 
 
 @dsl_user_op
-def byte_perm(a, b, selector: int, *, loc=None, ip=None) -> Uint32:
-    """``prmt.b32``: byte i of the result is byte ``(selector >> 4i) & 7`` of the pair (a, b)
-    (bytes 0-3 from a, 4-7 from b). The selector is an immediate; unlike
-    ``cute.arch.prmt`` the asm has no side effects, so the compiler may schedule it freely."""
+def byte_perm_var(a, b, selector, *, loc=None, ip=None) -> Uint32:
+    """``prmt.b32`` with the selector in a register: byte i of the result is byte
+    ``(selector >> 4i) & 7`` of the pair (a, b) (bytes 0-3 from a, 4-7 from b). A register
+    selector lets each lane apply its own permutation. Unlike ``cute.arch.prmt`` the asm has no
+    side effects, so the compiler may schedule and CSE it freely."""
     return Uint32(
         llvm.inline_asm(
             T.i32(),
-            [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
-            f"prmt.b32 $0, $1, $2, {int(selector):#06x};",
-            "=r,r,r",
+            [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip),
+             Uint32(selector).ir_value(loc=loc, ip=ip)],
+            "prmt.b32 $0, $1, $2, $3;",
+            "=r,r,r,r",
             has_side_effects=False,
             is_align_stack=False,
             asm_dialect=llvm.AsmDialect.AD_ATT,
@@ -78,4 +80,4 @@ def bits_f32(bits, *, loc=None, ip=None) -> Float32:
     return Float32(llvm.bitcast(T.f32(), Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
 
 
-__all__ = ["Carried", "byte_perm", "f32_bits", "bits_f32"]
+__all__ = ["Carried", "byte_perm_var", "f32_bits", "bits_f32"]

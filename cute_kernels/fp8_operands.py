@@ -34,7 +34,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float8E4M3FN, Float32, Int32, Uint32, const_expr
 
-from .dsl_utils import bits_f32, byte_perm, f32_bits
+from .dsl_utils import bits_f32, byte_perm_var, f32_bits
 
 E4M3_MAX = 448.0
 Q_SCALE_K_MIN, Q_SCALE_K_MAX = -126, 126
@@ -124,19 +124,61 @@ def p_to_fp8_a(acc_P: cute.Tensor, tOrP: cute.Tensor):
     dst.store(src.load().to(Float8E4M3FN))
 
 
-def _transpose4x4(a, b, c, d):
-    """Words a..d hold bytes [x0 x1 x2 x3] of four source rows; return the four words whose
-    byte r is row r's byte i (i = 0..3), i.e. the 4 x 4 byte transpose."""
-    ab_lo = byte_perm(a, b, 0x5140)  # a0 b0 a1 b1
-    cd_lo = byte_perm(c, d, 0x5140)  # c0 d0 c1 d1
-    ab_hi = byte_perm(a, b, 0x7362)  # a2 b2 a3 b3
-    cd_hi = byte_perm(c, d, 0x7362)  # c2 d2 c3 d3
+# 4 x 4 byte transpose in two prmt stages. Stage 1 pairs rows (a, b) and (c, d) by byte
+# halves, stage 2 interleaves the pairs; the selectors are per lane so that a lane can produce
+# its four output words in the rotated order `transpose_lane_plan` gives it (see there).
+_STAGE1 = (0x5140, 0x7362)  # (bytes 0-1 of each row, bytes 2-3): a0 b0 a1 b1 / a2 b2 a3 b3
+_STAGE2 = (0x5410, 0x7632)  # (first, second byte of each pair): a0 b0 c0 d0 / a1 b1 c1 d1
+
+
+def transpose_selectors_of(p) -> tuple:
+    """prmt selectors (stage-1 first, stage-1 second, stage-2 first, stage-2 second) that make
+    output word k of `_transpose4x4` the transposed word k ^ p (p in 0..3). Branch-free (a
+    swap is an XOR with the pair's difference), for Python ints and DSL Int32 alike."""
+    s1, s2 = (p >> 1) & 1, p & 1
+    d1, d2 = _STAGE1[0] ^ _STAGE1[1], _STAGE2[0] ^ _STAGE2[1]
+    return (_STAGE1[0] ^ (d1 * s1), _STAGE1[1] ^ (d1 * s1), _STAGE2[0] ^ (d2 * s2), _STAGE2[1] ^ (d2 * s2))
+
+
+def _transpose4x4(a, b, c, d, sel):
+    """Words a..d hold bytes [x0 x1 x2 x3] of four rows; returns words k = 0..3 whose byte r is
+    row r's byte (k ^ p), with ``sel`` = `transpose_selectors_of` (p) in registers."""
+    ab0 = byte_perm_var(a, b, sel[0])
+    cd0 = byte_perm_var(c, d, sel[0])
+    ab1 = byte_perm_var(a, b, sel[1])
+    cd1 = byte_perm_var(c, d, sel[1])
     return (
-        byte_perm(ab_lo, cd_lo, 0x5410),  # a0 b0 c0 d0
-        byte_perm(ab_lo, cd_lo, 0x7632),  # a1 b1 c1 d1
-        byte_perm(ab_hi, cd_hi, 0x5410),
-        byte_perm(ab_hi, cd_hi, 0x7632),
+        byte_perm_var(ab0, cd0, sel[2]),
+        byte_perm_var(ab0, cd0, sel[3]),
+        byte_perm_var(ab1, cd1, sel[2]),
+        byte_perm_var(ab1, cd1, sel[3]),
     )
+
+
+def transpose_lane_plan(tidx_wg, it: int, tile_n: int):
+    """(w4, chunk, p) of thread ``tidx_wg`` in iteration ``it`` of `transpose_v_half`.
+
+    Works on Python ints (tests) and DSL Int32 (kernel). Lane bits: q = w4 % 4 (bits 0-1), the
+    low bit of the d chunk (bit 2), the 16-key group g = w4 // 4 (next log2(tile_n / 16) bits),
+    the rest of the chunk from the remaining lane bits, the warp and the iteration. So:
+    - each 8-lane phase of a 128-bit V load reads 8 different 16-byte columns of the 128 B
+      swizzled rows (q and the chunk bit cover the 8 XOR positions): no bank conflict;
+    - the 32-bit Vt stores of one instruction go to rows whose parity (bit 0 of d; for
+      tile_n=32 bits 0-1) differs across lanes through the rotation p, and to 16 (8) distinct
+      words of a row through w4: 32 distinct banks.
+    """
+    lane = tidx_wg % 32
+    warp = tidx_wg // 32
+    q = lane % 4
+    cb = (lane // 4) % 2
+    g_bits = 2 if tile_n == 64 else 1
+    g = (lane // 8) % (1 << g_bits)
+    extra = lane // (8 << g_bits)  # 0 for tile_n=64; bit 4 of the lane for tile_n=32
+    lanes_rest = 1 << (2 - g_bits)  # chunk values the remaining lane bits cover (1 or 2)
+    rest = extra + lanes_rest * (warp + 4 * it)
+    chunk = cb + 2 * rest
+    p = cb + 2 * extra
+    return 4 * g + q, chunk, p
 
 
 def vt_word_index(d: int, w4, tile_n: int):
@@ -167,18 +209,20 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
     one address per store out of the block loop and spill.
 
     Unit (word column w4, 16-byte d chunk): the four source keys of Vt columns 4 w4 .. 4 w4 + 3,
-    16 bytes each, become 16 Vt words. Lanes vary the word column fastest, so the 32-bit stores
-    of a warp fill whole rows. Keys >= ``rows_valid`` are stored as zeros (None: all valid).
+    16 bytes each, become 16 Vt words. Which thread takes which unit, and in which order it
+    stores the four rows of each 4 x 4 block, is `transpose_lane_plan`: bank-conflict free
+    loads and stores (the first version's lane order cost 8-way conflicts on the loads and
+    2-way on the stores: half of the kernel's excess shared-memory wavefronts, ncu on the H200).
+    Keys >= ``rows_valid`` are stored as zeros (None: all valid).
     """
     n_w4 = tile_n // 4  # 4-key words per Vt row
     units = n_w4 * 16  # x 16 d chunks of 16 bytes in a 256-column half
     stage_base = stage * (tile_n * 32)
     for it in cutlass.range_constexpr(units // 128):
-        unit = tidx_wg + 128 * it
-        w4 = unit % n_w4
-        chunk = unit // n_w4
+        w4, chunk, p = transpose_lane_plan(tidx_wg, it, tile_n)
         g16 = w4 // 4
         q = w4 % 4
+        sel = transpose_selectors_of(p)
         words = []  # per source key e: its 16 d-bytes as 4 words
         for e in cutlass.range_constexpr(4):
             key = 16 * g16 + 2 * q + (e & 1) + 8 * (e >> 1)
@@ -190,10 +234,13 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
             words.append(row)
         row0 = vt_base + (16 * chunk) * (tile_n // 4)  # Vt row 16 chunk: the swizzle only sees d % 8
         for w in cutlass.range_constexpr(4):
-            cols = _transpose4x4(words[0][w], words[1][w], words[2][w], words[3][w])
-            for i in cutlass.range_constexpr(4):
-                d = 4 * w + i
-                sVt_words[row0 + vt_word_index(d, w4, tile_n)] = cols[i]
+            cols = _transpose4x4(words[0][w], words[1][w], words[2][w], words[3][w], sel)
+            for k in cutlass.range_constexpr(4):
+                # output word k holds row 4w + (k ^ p); the swizzle term of vt_word_index only
+                # reads d's bits 1-2 (tile_n=64) or bit 2 (tile_n=32), which p never flips
+                d_static = 4 * w + k
+                d_shift = ((k ^ p) - k) * (tile_n // 4)
+                sVt_words[row0 + d_shift + vt_word_index(d_static, w4, tile_n)] = cols[k]
 
 
 __all__ = [
@@ -204,6 +251,8 @@ __all__ = [
     "q_scale_exponent",
     "quantize_q_half",
     "p_to_fp8_a",
+    "transpose_lane_plan",
+    "transpose_selectors_of",
     "transpose_v_half",
     "v_chunk_index",
     "vt_word_index",

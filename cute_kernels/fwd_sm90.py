@@ -633,6 +633,12 @@ class FlashFwdSm90:
         softmax = OnlineSoftmax(scale_log2 * qk_descale, 2, self.p_offset)
         softmax.reset()
         row_scale = cute.make_rmem_tensor(2, Float32)
+        row_scale.fill(1.0)
+        # Whether this warp's 16 rows hold any query of the sequence (warp-uniform). A decode
+        # tile (one query x G heads) fills only the first G rows: the other warps still take
+        # part in the warpgroup MMAs and the S exchange but skip masks, softmax and the O
+        # rescale; their rows are never stored.
+        warp_live = (m_block * self.tile_m + 16 * (tidx_wg // 32)) // self.group < seqlen_q
         acc_O.fill(0.0)
         if const_expr(self.fp8_mma):
             tOrP = cute.make_rmem_tensor(thr_pv.partition_shape_A((self.tile_m, self.tile_n)), self.dtype)
@@ -678,8 +684,9 @@ class FlashFwdSm90:
                 if const_expr(self.split_d):
                     self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, q_row_scale)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
-                mask.apply(acc_S, tScS, n)
-                softmax.step(acc_S, row_scale, is_first=True)
+                if warp_live:
+                    mask.apply(acc_S, tScS, n)
+                    softmax.step(acc_S, row_scale, is_first=True)
                 self._p_to_a(acc_S, tOrP)
             # ---- steady state: QK(n) overlaps PV(n+1) (fp8_mma: and the transpose of V(n+1)) ----
             for i in cutlass.range(n_blocks - 1, unroll=1):
@@ -707,9 +714,10 @@ class FlashFwdSm90:
                     if const_expr(self.split_d):
                         self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
-                    if mask.needs_mask(n):
-                        mask.apply(acc_S, tScS, n)
-                    softmax.step(acc_S, row_scale, is_first=False)
+                    if warp_live:
+                        if mask.needs_mask(n):
+                            mask.apply(acc_S, tScS, n)
+                        softmax.step(acc_S, row_scale, is_first=False)
                 if const_expr(do_pv):
                     warpgroup.wait_group(0)
                 self.path.finish_v(hv)

@@ -86,17 +86,28 @@ class OnlineSoftmax(Carried):
                 self.row_sum[r] = row_total
             else:
                 corr = cute.math.exp2(m_old * self.scale_log2 - base, fastmath=True)
+                if m_new == m_old:
+                    corr = Float32(1.0)  # exactly: lets `rescale` skip the O multiplies
                 row_scale[r] = corr
                 self.row_sum[r] = self.row_sum[r] * corr + row_total
             self.row_max[r] = m_new
 
     @cute.jit
     def rescale(self, acc_O: cute.Tensor, row_scale: cute.Tensor):
-        """acc_O[r, :] *= row_scale[r] for this thread's rows."""
-        o_mn = acc_mn_view(acc_O)
-        for r in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
-            o_row = o_mn[r, None]
-            o_row.store(o_row.load() * row_scale[r])
+        """acc_O[r, :] *= row_scale[r] for this thread's rows.
+
+        Skipped, warp by warp, when every factor of the warp is exactly 1 (no row max of the
+        warp's 16 rows moved): multiplying by 1 is exact, so this changes no value and saves
+        the O multiplies (128 per thread at d512) on most blocks once the maxima settle.
+        """
+        moved = row_scale[0] != Float32(1.0)
+        for r in cutlass.range_constexpr(1, self.num_rows):
+            moved = moved | (row_scale[r] != Float32(1.0))
+        if cute.arch.vote_any_sync(moved):
+            o_mn = acc_mn_view(acc_O)
+            for r in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+                o_row = o_mn[r, None]
+                o_row.store(o_row.load() * row_scale[r])
 
     @cute.jit
     def finalize(self, out_scale: Float32, o_scale: cute.Tensor, lse: cute.Tensor):

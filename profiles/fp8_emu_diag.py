@@ -1,8 +1,9 @@
 """Which numeric model does the fp8_mma kernel follow? Runs small cases on the GPU and prints
 the kernel's rel L2 / lse error against emulations with exact fp32 accumulation and with the
-`acc_bits` truncation model of FP8 wgmma accumulation (QK and PV, per k=32 step).
+`acc_bits` model of FP8 wgmma accumulation (`fa512.emulation.gmma_fp8`) at several widths.
+``--p`` instead probes P itself: V = identity, so out[:, key] is the kernel's normalised P.
 
-    PYTHONPATH=python:. python3 profiles/fp8_emu_diag.py
+    PYTHONPATH=python:. python3 profiles/fp8_emu_diag.py [--p]
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ def main():
         print(" | ".join(row), flush=True)
 
 
-if __name__ == "__main__" and "--p" not in sys.argv:
-    main()
 
 
 def probe_p():
@@ -76,5 +75,5 @@ def probe_p():
     print("row0 head0 ratio got/want:", [round(x, 3) for x in r.tolist()])
 
 
-if __name__ == "__main__" and "--p" in sys.argv:
-    probe_p()
+if __name__ == "__main__":
+    probe_p() if "--p" in sys.argv else main()

@@ -117,8 +117,10 @@ def fp8_perf_cases() -> list[dict]:
              k_lens=[8192] * 64, page_size=64, descale=True),
         dict(name="perf_decode_b4_k32768_fp8_mma_split", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 4,
              k_lens=[32768] * 4, page_size=64, descale=True, splits="plan"),
-        *[dict(name=f"perf_decode_b4_k32768_fp8_mma_s{s}", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 4,
-               k_lens=[32768] * 4, page_size=64, descale=True, splits=s) for s in (12, 16, 24)],
+        dict(name="ab_decode_b4_k32768_fp8_mma_n32s4", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 4,
+             k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=dict(tile_n=32, kv_stages=4)),
+        dict(name="ab_decode_b64_k8192_fp8_mma_n32s4", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
+             k_lens=[8192] * 64, page_size=64, descale=True, config=dict(tile_n=32, kv_stages=4)),
         dict(name="perf_prefill8192_causal_fp8_dequant", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
              causal=True, page_size=64, descale=True),
         dict(name="perf_decode_b64_k8192_fp8_dequant", kind="perf", kv="fp8", q_lens=[1] * 64, k_lens=[8192] * 64,
@@ -657,6 +659,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small correctness cases only (no Gemma-size cases)")
     ap.add_argument("--no-perf", action="store_true", help="skip the timings")
+    ap.add_argument("--perf-only", action="store_true", help="only the timings (ceilings included)")
     ap.add_argument("--ab", action="store_true", help="also time the A/B layouts (duplicated QK, tile_n=32)")
     ap.add_argument("--fp8", action="store_true",
                     help="the fp8_mma suite: correctness vs its emulation (<= 5e-4) and the reference, fp8 timings")
@@ -679,9 +682,9 @@ def main() -> int:
     if args.diag:
         cases = diag_cases()
     elif args.fp8:
-        cases = fp8_mma_cases(args.quick) + ([] if args.no_perf else fp8_perf_cases())
+        cases = ([] if args.perf_only else fp8_mma_cases(args.quick)) + ([] if args.no_perf else fp8_perf_cases())
     else:
-        cases = correctness_cases(args.quick) + ([] if args.no_perf else perf_cases(args.ab))
+        cases = ([] if args.perf_only else correctness_cases(args.quick)) + ([] if args.no_perf else perf_cases(args.ab))
     if args.case:
         cases = [c for c in cases if args.case in c["name"]]
     OPTS.kernel_timeout, OPTS.trace = args.kernel_timeout, args.trace

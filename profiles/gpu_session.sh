@@ -25,6 +25,8 @@ for step in "$@"; do
     fp8_quick)   run fp8_quick 500 $smoke --fp8 --quick --no-perf --out "$OUT/fp8_quick" ;;
     fp8_full)    run fp8_full 580 $smoke --fp8 --out "$OUT/fp8_full" ;;
     fp8_perf)    run fp8_perf 400 $smoke --fp8 --case perf_ --out "$OUT/fp8_perf" ;;
+    perf_fp8)    run perf_fp8 400 $smoke --fp8 --perf-only --out "$OUT/perf_fp8" ;;
+    perf_mma16)  run perf_mma16 400 $smoke --perf-only --out "$OUT/perf_mma16" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 31 --calls 200 ;;

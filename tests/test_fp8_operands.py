@@ -28,6 +28,51 @@ def test_key_order_is_a_permutation_within_16_key_groups():
     assert sorted(P_REGISTER_PERM) == list(range(16))
 
 
+def _prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode) on Python ints."""
+    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
+
+
+@pytest.mark.parametrize("p", range(4))
+def test_transpose_selectors_rotate_the_output_words(p):
+    # output word k of the two-stage prmt transpose must be the transposed word k ^ p
+    from cute_kernels.fp8_operands import transpose_selectors_of
+
+    g = torch.Generator().manual_seed(p)
+    rows = [int(x) for x in torch.randint(0, 2**32, (4,), generator=g, dtype=torch.int64)]
+    s = transpose_selectors_of(p)
+    a, b, c, d = rows
+    lo = (_prmt(a, b, s[0]), _prmt(c, d, s[0]))
+    hi = (_prmt(a, b, s[1]), _prmt(c, d, s[1]))
+    outs = [_prmt(*lo, s[2]), _prmt(*lo, s[3]), _prmt(*hi, s[2]), _prmt(*hi, s[3])]
+    for k in range(4):
+        assert outs[k] == sum(((rows[r] >> (8 * (k ^ p))) & 0xFF) << (8 * r) for r in range(4))
+
+
+@pytest.mark.parametrize("tile_n", [32, 64])
+def test_transpose_lane_plan_covers_every_unit_without_bank_conflicts(tile_n):
+    from cute_kernels.fp8_operands import transpose_lane_plan
+
+    seen = []
+    worst_load = worst_store = 0
+    for it in range(tile_n // 32):
+        for warp in range(4):
+            plan = [transpose_lane_plan(32 * warp + lane, it, tile_n) for lane in range(32)]
+            seen += [(w4, chunk) for w4, chunk, _ in plan]
+            for e in range(4):  # a 128-bit load is served 8 lanes at a time: 8 distinct 16 B columns
+                for phase in range(4):
+                    cols = {v_chunk_index(16 * (w4 // 4) + 2 * (w4 % 4) + (e & 1) + 8 * (e >> 1), chunk, tile_n) % 8
+                            for w4, chunk, _ in plan[8 * phase: 8 * phase + 8]}
+                    worst_load = max(worst_load, 8 // len(cols))
+            for w in range(4):  # one 32-bit store instruction: 32 distinct banks
+                for k in range(4):
+                    words = [vt_word_index(16 * chunk + 4 * w + (k ^ p), w4, tile_n) for w4, chunk, p in plan]
+                    worst_store = max(worst_store, 32 // len({x % 32 for x in words}))
+    assert sorted(seen) == sorted((w4, c) for w4 in range(tile_n // 4) for c in range(16))
+    assert worst_load == 1 and worst_store == 1
+
+
 def _jit_eval(fn):
     """Run ``fn`` (plain Python using CuTe layouts) inside a traced function; returns its result."""
     import cutlass.cute as cute
