@@ -46,8 +46,6 @@ class TritonBackend(Backend):
     def unavailable(self):
         if importlib.util.find_spec("triton") is None:
             return "triton is not installed"
-        if importlib.util.find_spec("fa512.triton_fwd") is None:
-            return "fa512.triton_fwd is not built yet (issue 3)"
         return None
 
     def unsupported(self, problem, target):
