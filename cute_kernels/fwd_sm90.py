@@ -587,21 +587,7 @@ class FlashFwdSm90:
         tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK_w))
         n_s = self.tile_n // 2  # fp32 logits per thread
         if const_expr(self.fp8_mma):
-            # V^T of this warpgroup (256, tile_n, 1), K-major, in its half of the spent Q tile
-            # after its S exchange tile: the MMA view, and the words + offset the transpose writes
-            vt_offset = self.tile_m * self.tile_n * 4
-            sVt_w = cute.make_tensor(
-                cute.recast_ptr(self._q_half_ptr(storage, wg, vt_offset), sVt_layout.inner, dtype=Float8E4M3FN),
-                sVt_layout.outer,
-            )
-            q_words = cute.make_tensor(cute.recast_ptr(storage.sQ.data_ptr(), dtype=cutlass.Uint32),
-                                       cute.make_layout(2 * self._q_half_bytes() // 4))
-            sV_dst_w = (q_words, (wg * self._q_half_bytes() + vt_offset) // 4)
-            # the V ring as 16-byte chunks (4 words each) for the transpose's 128-bit loads
-            sV_src_w = cute.make_tensor(
-                cute.recast_ptr(storage.sV.data_ptr(), dtype=cutlass.Uint32),
-                cute.make_layout((self.stages * self.tile_n * HEAD_DIM // 16, 4), stride=(4, 1)),
-            )
+            sVt_w, sV_src_w, sV_dst_w = self._fp8_v_views(storage, wg, sVt_layout)
         else:
             sVt = transpose_view(sV)  # (512, tile_n, stages): V as the MN-major B operand of PV
             sVt_w = cute.local_tile(sVt, (self.half_d, self.tile_n), (wg, 0, None))
@@ -613,9 +599,8 @@ class FlashFwdSm90:
         # partial-S exchange buffers: X[w] holds WG w's fragment, 4-float vectors per thread
         x_shape = (4, 128, n_s // 4, 2)
         sX = None
-        if const_expr(self.fp8_mma):  # X[w] at the start of warpgroup w's half of the Q tile
-            x_ptr = cute.recast_ptr(self._q_half_ptr(storage, 0, 0), dtype=Float32)
-            sX = cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, self._q_half_bytes() // 4)))
+        if const_expr(self.fp8_mma):
+            sX = self._fp8_exchange_view(storage, x_shape)
         elif const_expr(self.split_d):
             sX = storage.sX.get_tensor(cute.make_layout(x_shape, stride=(1, 4, 512, n_s * 128)))
         x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d) else None
@@ -745,6 +730,31 @@ class FlashFwdSm90:
         softmax.rescale(acc_O, o_scale)
         self._store(acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
                     q_start, seqlen_q, m_block, tile_head, split_idx)
+
+    # -- fp8_mma: the spent q-dtype Q tile, reused (config.Sm90FwdConfig._fp8_mma_smem_plan) --
+    # Warpgroup w's 32 KB half holds its fp32 S exchange tile X[w] (64 x tile_n x 4 B) and
+    # then its V^T (256 x tile_n B).
+
+    def _fp8_exchange_view(self, storage, x_shape):
+        """X[w] at the start of warpgroup w's half: (4 floats, thread, vector, w)."""
+        x_ptr = cute.recast_ptr(self._q_half_ptr(storage, 0, 0), dtype=Float32)
+        return cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, self._q_half_bytes() // 4)))
+
+    def _fp8_v_views(self, storage, wg, sVt_layout):
+        """(V^T of warpgroup wg as the PV B operand (256, tile_n, 1), the V ring as 16-byte chunks
+        for the transpose's loads, (Q-tile words, first word of wg's V^T) for its stores)."""
+        vt_offset = self.tile_m * self.tile_n * 4  # after X[w]
+        sVt_w = cute.make_tensor(
+            cute.recast_ptr(self._q_half_ptr(storage, wg, vt_offset), sVt_layout.inner, dtype=Float8E4M3FN),
+            sVt_layout.outer,
+        )
+        q_words = cute.make_tensor(cute.recast_ptr(storage.sQ.data_ptr(), dtype=cutlass.Uint32),
+                                   cute.make_layout(2 * self._q_half_bytes() // 4))
+        v_chunks = cute.make_tensor(
+            cute.recast_ptr(storage.sV.data_ptr(), dtype=cutlass.Uint32),
+            cute.make_layout((self.stages * self.tile_n * HEAD_DIM // 16, 4), stride=(4, 1)),
+        )
+        return sVt_w, v_chunks, (q_words, (wg * self._q_half_bytes() + vt_offset) // 4)
 
     def _q_half_bytes(self) -> int:
         return self.tile_m * self.half_d * self.q_dtype.width // 8
