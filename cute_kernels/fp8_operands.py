@@ -42,9 +42,12 @@ Q_SCALE_K_MIN, Q_SCALE_K_MAX = -126, 126
 
 def key_of_k(k: int) -> int:
     """Key (column of P / row of V) that A-operand index k of the P.V product holds."""
-    g16, rest = divmod(k, 16)
-    q, e = divmod(rest, 4)
-    return 16 * g16 + 2 * q + (e & 1) + 8 * (e >> 1)
+    return key_of_word_byte(k // 4, k % 4)
+
+
+def key_of_word_byte(w4, e: int):
+    """`key_of_k` (4 w4 + e): byte e of P's 4-key word w4 (Python or DSL ints)."""
+    return 16 * (w4 // 4) + 2 * (w4 % 4) + (e & 1) + 8 * (e >> 1)
 
 
 P_KEY_ORDER = tuple(key_of_k(k) for k in range(16))  # (0, 1, 8, 9, 2, 3, 10, 11, ...)
@@ -220,12 +223,10 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
     stage_base = stage * (tile_n * 32)
     for it in cutlass.range_constexpr(units // 128):
         w4, chunk, p = transpose_lane_plan(tidx_wg, it, tile_n)
-        g16 = w4 // 4
-        q = w4 % 4
         sel = transpose_selectors_of(p)
         words = []  # per source key e: its 16 d-bytes as 4 words
         for e in cutlass.range_constexpr(4):
-            key = 16 * g16 + 2 * q + (e & 1) + 8 * (e >> 1)
+            key = key_of_word_byte(w4, e)
             row = cute.make_rmem_tensor(4, Uint32)
             cute.autovec_copy(sV_chunks[stage_base + v_chunk_index(key, 16 * wg + chunk, tile_n), None], row)
             if const_expr(rows_valid is not None):
@@ -248,6 +249,7 @@ __all__ = [
     "P_KEY_ORDER",
     "P_REGISTER_PERM",
     "key_of_k",
+    "key_of_word_byte",
     "q_scale_exponent",
     "quantize_q_half",
     "p_to_fp8_a",

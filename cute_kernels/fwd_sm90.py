@@ -150,35 +150,17 @@ class FlashFwdSm90:
         return sQ, sQ_in, sKV, sStage, sVt
 
     def _tiled_mmas(self):
-        if self.fp8_mma:  # QGMMA: both smem operands K-major (V^T is transposed in smem)
-            k_major = cute.nvgpu.OperandMajorMode.K
-            qk = sm90_utils.make_trivial_tiled_mma(
-                Float8E4M3FN, Float8E4M3FN, k_major, k_major, Float32,
-                atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.tile_n),
-            )
-            pv = sm90_utils.make_trivial_tiled_mma(
-                Float8E4M3FN, Float8E4M3FN, k_major, k_major, Float32,
-                atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.half_d),
-                a_source=warpgroup.OperandSource.RMEM,
-            )
-            return qk, pv
+        """QK^T from smem (both K-major) and P.V with P in registers. V is the B operand as
+        loaded (MN-major) for 16-bit MMA; FP8 wgmma takes only K-major B, hence V^T in smem."""
+        k_major = cute.nvgpu.OperandMajorMode.K
+        v_major = k_major if self.fp8_mma else cute.nvgpu.OperandMajorMode.MN
         tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
-            cute.nvgpu.OperandMajorMode.K,
-            cute.nvgpu.OperandMajorMode.K,
-            Float32,
-            atom_layout_mnk=(1, 1, 1),
-            tiler_mn=(self.tile_m, self.tile_n),
+            self.dtype, self.dtype, k_major, k_major, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.tile_n),
         )
         tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
-            self.dtype,
-            self.dtype,
-            cute.nvgpu.OperandMajorMode.K,
-            cute.nvgpu.OperandMajorMode.MN,
-            Float32,
-            atom_layout_mnk=(1, 1, 1),
-            tiler_mn=(self.tile_m, self.half_d),
+            self.dtype, self.dtype, k_major, v_major, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.half_d),
             a_source=warpgroup.OperandSource.RMEM,
         )
         return tiled_mma_qk, tiled_mma_pv

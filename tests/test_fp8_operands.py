@@ -14,7 +14,9 @@ import importlib.util
 import pytest
 import torch
 
-from cute_kernels.fp8_operands import P_KEY_ORDER, P_REGISTER_PERM, key_of_k, v_chunk_index, vt_word_index
+from cute_kernels.fp8_operands import (
+    P_KEY_ORDER, P_REGISTER_PERM, key_of_k, key_of_word_byte, v_chunk_index, vt_word_index,
+)
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
 
@@ -62,7 +64,7 @@ def test_transpose_lane_plan_covers_every_unit_without_bank_conflicts(tile_n):
             seen += [(w4, chunk) for w4, chunk, _ in plan]
             for e in range(4):  # a 128-bit load is served 8 lanes at a time: 8 distinct 16 B columns
                 for phase in range(4):
-                    cols = {v_chunk_index(16 * (w4 // 4) + 2 * (w4 % 4) + (e & 1) + 8 * (e >> 1), chunk, tile_n) % 8
+                    cols = {v_chunk_index(key_of_word_byte(w4, e), chunk, tile_n) % 8
                             for w4, chunk, _ in plan[8 * phase: 8 * phase + 8]}
                     worst_load = max(worst_load, 8 // len(cols))
             for w in range(4):  # one 32-bit store instruction: 32 distinct banks

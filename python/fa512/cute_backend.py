@@ -73,6 +73,8 @@ class Mma16Backend(Backend):
         ok, why = self.make_config(problem, target).can_implement()
         return None if ok else why
 
+    fp8_mma = False  # fp8 KV: dequantised to f16 (the A/B control); Fp8MmaBackend: FP8 wgmma
+
     def make_config(self, problem: Problem, target):
         from cute_kernels.config import default_config
 
@@ -85,6 +87,7 @@ class Mma16Backend(Backend):
             group=problem.group_size,
             split=False,  # set per launch from plan.num_splits
             descale=tuple(mode != "none" for mode in problem.descale_modes),
+            fp8_mma=self.fp8_mma,
         )
 
     def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:
@@ -158,25 +161,12 @@ class Fp8MmaBackend(Mma16Backend):
     e4m3 KV cache MMA'd as e4m3 (QGMMA) for QK^T and P.V, Q quantised in-kernel per row."""
 
     name = "fp8_mma"
+    fp8_mma = True
 
     def unsupported(self, problem: Problem, target) -> Optional[str]:
         if not problem.kv_is_fp8:
             return f"needs an fp8 e4m3 KV cache, got {problem.kv_dtype} (bf16/fp16 KV: mma16)"
         return super().unsupported(problem, target)
-
-    def make_config(self, problem: Problem, target):
-        from cute_kernels.config import default_config
-
-        return default_config(
-            kv_dtype="fp8_e4m3",
-            q_dtype=_dtype_name(problem.q_dtype),
-            mask=mask_kind(problem),
-            paged=problem.paged,
-            page_size=problem.page_size,
-            group=problem.group_size,
-            descale=tuple(mode != "none" for mode in problem.descale_modes),
-            fp8_mma=True,
-        )
 
 
 __all__ = ["Mma16Backend", "Fp8MmaBackend", "mask_kind", "WINDOW_INF"]

@@ -403,6 +403,23 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
     return _finish(o, row_sum, m, v_scale, design)
 
 
+@contextlib.contextmanager
+def _ieee_fp32_matmul():
+    """fp32 matmuls without TF32 while emulating: two-term Q and the block-weighted P are not
+    exact in TF32 (a CUDA process may have enabled it); the setting is restored afterwards."""
+    try:
+        prev = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+    except RuntimeError:  # the process uses torch's newer fp32_precision API; leave it alone
+        prev = None
+    try:
+        yield
+    finally:
+        if prev is not None:
+            torch.set_float32_matmul_precision(prev)
+
+
+@_ieee_fp32_matmul()
 def emulate_forward(
     problem: Problem,
     args: FwdArgs,
@@ -426,33 +443,6 @@ def emulate_forward(
     out : (total_q, Hq, 512) in ``out_dtype``; rows past cu_seqlens_q[B] are 0.
     lse : (Hq, total_q) float32, natural log; -inf for rows with no visible key.
     """
-    with _ieee_fp32_matmul():
-        return _emulate_forward(problem, args, design, num_splits, out_dtype)
-
-
-@contextlib.contextmanager
-def _ieee_fp32_matmul():
-    """fp32 matmuls without TF32 while emulating: two-term Q and the block-weighted P are not
-    exact in TF32 (a CUDA process may have enabled it); the setting is restored afterwards."""
-    try:
-        prev = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("highest")
-    except RuntimeError:  # the process uses torch's newer fp32_precision API; leave it alone
-        prev = None
-    try:
-        yield
-    finally:
-        if prev is not None:
-            torch.set_float32_matmul_precision(prev)
-
-
-def _emulate_forward(
-    problem: Problem,
-    args: FwdArgs,
-    design: Union[str, Design] = "fa512_fp8",
-    num_splits: int = 1,
-    out_dtype: Optional[torch.dtype] = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(design, str):
         design = make_design(design)
     if design.p_mode == "e4m3" and not problem.kv_is_fp8:

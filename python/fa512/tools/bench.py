@@ -39,6 +39,8 @@ from typing import Optional
 
 import torch
 
+from .ab import kernel_refusal
+
 HEAD_DIM = 512
 GEMM_N = 8192
 LOCAL_WINDOW_LEFT = 1023  # Gemma's sliding window of 1024 keys, including the query's own
@@ -276,16 +278,6 @@ def measure_ceilings(device, quick: bool) -> dict:
     return res
 
 
-def _refusal(case, kernel: str) -> Optional[str]:
-    import fa512
-
-    try:
-        fa512.plan(case.q, case.k, case.v, **case.kwargs(), kernel=kernel)
-    except fa512.KernelUnavailableError as exc:
-        return str(exc).split(": ", 2)[-1]
-    return None
-
-
 def _make_set(point: Point, heads: str, kv: str, seed: int, device):
     from ..inputs import make_bench_case
 
@@ -310,7 +302,7 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
     # Ask on a small problem of the same kind first: a kernel that is not built, or does not
     # take this KV dtype or mask, is skipped before gigabytes of inputs are made for it.
     probe, _ = _make_set(Point(point.mode, 1, min(point.q_len, 128), min(point.seqlen_k, 256), point.causal, point.window_left), heads, kv, seed, device)
-    why = _refusal(probe, kernel)
+    why = kernel_refusal(probe, kernel)
     del probe
     if why is not None:
         row["status"] = f"not available: {why}"
@@ -326,7 +318,7 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
     try:
         sets = [_make_set(point, heads, kv, seed + i, device) for i in range(n_sets)]
         first = sets[0][0]
-        why = _refusal(first, kernel)
+        why = kernel_refusal(first, kernel)
         if why is not None:
             row["status"] = f"not available: {why}"
             return row
@@ -367,7 +359,7 @@ def host_overhead(variant: tuple, heads: str, device, n: int = 200) -> dict:
 
     label, kernel, kv = variant
     case, out = _make_set(Point("decode", 1, 1, 2048), heads, kv, 0, device)
-    if _refusal(case, kernel) is not None:
+    if kernel_refusal(case, kernel) is not None:
         return {}
     call = lambda: fa512.attention(case.q, case.k, case.v, **case.kwargs(), out=out, kernel=kernel)  # noqa: E731
     for _ in range(10):
@@ -413,7 +405,7 @@ def _first_call_child(label: str, heads: str) -> int:
     torch.cuda.init()
     case, out = _make_set(Point("decode", 1, 1, 2048), heads, kv, 0, device)
     torch.cuda.synchronize()
-    why = _refusal(case, kernel)
+    why = kernel_refusal(case, kernel)
     if why is not None:
         print("FIRST_CALL " + json.dumps({"status": f"not available: {why}"}))
         return 0
