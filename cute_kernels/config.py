@@ -242,8 +242,11 @@ class Sm90FwdConfig:
             "sK": mma_stages * kv * e,
             "sV": mma_stages * kv * e,
         }
-        if self.qk_mode == "split_d":
-            plan["sX"] = 2 * TILE_M * self.tile_n * 4  # fp32 partial S, one tile per consumer WG
+        if self.qk_mode == "split_d" and not staged:
+            # fp32 partial S, one tile per consumer WG. The dequant path keeps them in the f16 K
+            # operand buffer instead (each WG's X in its own d half, dead between QK and the next
+            # conversion), which is what frees room for a third e4m3 staging stage.
+            plan["sX"] = 2 * TILE_M * self.tile_n * 4
         if staged:
             plan["sKs"] = self.kv_stages * kv  # e4m3 staging rings
             plan["sVs"] = self.kv_stages * kv
@@ -356,8 +359,8 @@ def default_config(
     if mma_path == "fp8_mma":
         tile_n, stages = (32, 4) if paged and page_size % 64 else (64, 2)
     elif mma_path == "fp8_dequant":
-        # Q 64 + K/V f16 2 x 32 + X 16 + e4m3 staging 2 x 2 x 16 KB = 208 KB
-        tile_n, stages = 32, 2
+        # Q 64 + K/V f16 2 x 32 (the S exchange lives in K's) + e4m3 staging 3 x 2 x 16 KB = 224 KB
+        tile_n, stages = 32, 3
     elif paged and page_size % tile_n and page_size % 32 == 0:
         tile_n, stages = 32, 2
     return Sm90FwdConfig(
@@ -398,7 +401,7 @@ def variant_list(full: bool = True) -> list:
                         )
                     )
     # fp8 KV: the dequant control and the FP8-MMA kernel, each with its default tile
-    for mma_path, tile_n, stages in (("fp8_dequant", 32, 2), ("fp8_mma", 64, 2)):
+    for mma_path, tile_n, stages in (("fp8_dequant", 32, 3), ("fp8_mma", 64, 2)):
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
@@ -428,7 +431,7 @@ def variant_list(full: bool = True) -> list:
             Sm90FwdConfig(mma_path="f16", q_dtype="f16", mask="local", kv_layout="paged", page_size=64,
                           qhead_per_kvhead=8, split=True, descale=(True, True, True)),
             base.with_(tile_n=32, kv_stages=2, qhead_per_kvhead=1),
-            Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=2, mask="causal",
+            Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
                           kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True,
                           descale=(True, True, True)),
             fp8.with_(kv_layout="paged", page_size=64, split=True, descale=(True, True, True)),

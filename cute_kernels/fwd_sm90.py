@@ -74,7 +74,9 @@ class FlashFwdSm90:
 
     MMA path (strategy object, `mma_paths`): bf16/f16 K/V are MMA'd in their TMA stages;
     fp8 e4m3 K/V are TMA'd into staging rings and each consumer warpgroup converts its own d half
-    into f16 operand buffers (WG-local barrier 4+w), the dequant control of the FP8 A/B.
+    into f16 operand buffers (WG-local barrier 4+w), the dequant control of the FP8 A/B. There
+    X[w] lives in WG w's half of the f16 K buffer and K(n-1) is converted under PV(n+1)
+    (``k_early``; X_FREE[w] is then waited on before that conversion, not in the exchange).
 
     Diagnostics: ``cfg.stage`` cuts the kernel after the launch / setup (mbarrier init, CTA
     barrier, setmaxnreg) / loads (pipelines without MMA) / QK (no PV); ``cfg.trace`` printfs
@@ -82,8 +84,8 @@ class FlashFwdSm90:
 
     Registers (consumer, per thread): O 128 + S tile_n/2 + P tile_n/4 + stats ~8 + addressing.
     Shared memory (tile_n=64, 1 stage): Q 64 KB + K 64 KB + V 64 KB + X 2x16 KB = 224 KB
-    (+ barriers, + 1 KB static: 231424 B of 232448). Dequant (tile_n=32): Q 64 + K 32 + V 32
-    + X 16 + e4m3 staging 2 x 2 x 16 KB = 208 KB.
+    (+ barriers, + 1 KB static: 231424 B of 232448). Dequant (tile_n=32): Q 64 + K 32 (and X)
+    + V 32 + e4m3 staging 3 x 2 x 16 KB = 224 KB.
     """
 
     num_threads = 384
@@ -118,6 +120,8 @@ class FlashFwdSm90:
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         self.stage = config.stage
         self.fp8_mma = config.mma_path == "fp8_mma"
+        # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
+        self.k_early = self.path.needs_staging and self.split_d
         # log2 offset of P before its e4m3 conversion (fa512.emulation.P_OFFSET_LOG2)
         self.p_offset = 8.0 if self.fp8_mma else 0.0
 
@@ -276,7 +280,7 @@ class FlashFwdSm90:
             fields["sQ"] = Align[MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
         fields["sK"] = Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
         fields["sV"] = Align[MemRange[self.dtype, cute.cosize(sKV_layout)], 1024]
-        if const_expr(self.split_d and not self.fp8_mma):
+        if const_expr(self.split_d and not self.path.needs_staging and not self.fp8_mma):
             fields["sX"] = Align[MemRange[Float32, 2 * self.tile_m * self.tile_n], 1024]
         if const_expr(sStage_layout is not None):
             fields["sKs"] = Align[MemRange[self.path.kv_gmem_dtype, cute.cosize(sStage_layout)], 1024]
@@ -583,6 +587,8 @@ class FlashFwdSm90:
         sX = None
         if const_expr(self.fp8_mma):
             sX = self._fp8_exchange_view(storage, x_shape)
+        elif const_expr(self.k_early):
+            sX = self._dequant_exchange_view(storage, x_shape)
         elif const_expr(self.split_d):
             sX = storage.sX.get_tensor(cute.make_layout(x_shape, stride=(1, 4, 512, n_s * 128)))
         x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d) else None
@@ -655,12 +661,17 @@ class FlashFwdSm90:
                     mask.apply(acc_S, tScS, n)
                     softmax.step(acc_S, row_scale, is_first=True)
                 self._p_to_a(acc_S, tOrP)
+            if const_expr(self.k_early):
+                if n_blocks > 1:
+                    hk = k_cons.wait_and_advance()
+                    self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
             # ---- steady state: QK(n) overlaps PV(n+1) (fp8_mma: and the transpose of V(n+1)) ----
             for i in cutlass.range(n_blocks - 1, unroll=1):
                 n = n_max - 2 - i
-                hk = k_cons.wait_and_advance()
-                self._trace(warp, "consumer K ready: block, stage", n, hk.index)
-                k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+                if const_expr(not self.k_early):
+                    hk = k_cons.wait_and_advance()
+                    self._trace(warp, "consumer K ready: block, stage", n, hk.index)
+                    k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
                 if const_expr(do_qk):
                     warpgroup.fence()
@@ -675,8 +686,9 @@ class FlashFwdSm90:
                 if const_expr(do_qk):
                     # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
                     warpgroup.wait_group(1 if do_pv else 0)
-                self.path.finish_k(hk)
-                self._trace(warp, "consumer K released: block, stage", n, hk.index)
+                if const_expr(not self.k_early):
+                    self.path.finish_k(hk)
+                    self._trace(warp, "consumer K released: block, stage", n, hk.index)
                 if const_expr(do_qk):
                     if const_expr(self.split_d):
                         self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, q_row_scale)
@@ -685,6 +697,10 @@ class FlashFwdSm90:
                         if mask.needs_mask(n):
                             mask.apply(acc_S, tScS, n)
                         softmax.step(acc_S, row_scale, is_first=False)
+                if const_expr(self.k_early):
+                    if i < n_blocks - 2:  # K(n-1) while PV(n+1) runs
+                        hk = k_cons.wait_and_advance()
+                        self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
                 if const_expr(do_pv):
                     warpgroup.wait_group(0)
                 self.path.finish_v(hv)
@@ -738,6 +754,27 @@ class FlashFwdSm90:
         )
         return sVt_w, v_chunks, (q_words, (wg * self._q_half_bytes() + vt_offset) // 4)
 
+    # -- fp8_dequant: the S exchange lives in the f16 K operand buffer ----------------------
+    # Warpgroup w's d half of sK (tile_n x 256 f16, contiguous: the 128 B swizzle atoms run down
+    # the rows first) is dead from the end of QK(n) until K(n-1) is converted into it, which is
+    # exactly when X[w] is live. The conversion therefore waits on X_FREE[w] (the other
+    # warpgroup has read X[w]) instead of the next exchange.
+
+    def _dequant_exchange_view(self, storage, x_shape):
+        """X[w] at the start of warpgroup w's half of the f16 K buffer."""
+        half_words = self.tile_n * self.half_d * 2 // 4
+        assert x_shape[0] * x_shape[1] * x_shape[2] <= half_words, "X[w] must fit in a d half of sK"
+        x_ptr = cute.recast_ptr(storage.sK.data_ptr(), dtype=Float32)
+        return cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, half_words)))
+
+    @cute.jit
+    def _convert_k_early(self, hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk: cutlass.Constexpr[bool]):
+        """fp8_dequant: convert this warpgroup's half of the next K block (its e4m3 stage ``hk``)
+        into the f16 operand buffer, once the other warpgroup has read X[w] there."""
+        if const_expr(do_qk):
+            cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
+        self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+
     def _q_half_bytes(self) -> int:
         return self.tile_m * self.half_d * self.q_dtype.width // 8
 
@@ -774,8 +811,9 @@ class FlashFwdSm90:
         if const_expr(own_scale is not None):
             for i in cutlass.range_constexpr(n_s):
                 frag[i] = frag[i] * own_scale[(i >> 1) & 1]
-        if const_expr(not is_first):
-            # wait until the other WG has read what this WG wrote for the previous block
+        if const_expr(not is_first and not self.k_early):
+            # wait until the other WG has read what this WG wrote for the previous block (k_early:
+            # done before the K conversion that overwrites X[w], `_convert_next_k`)
             cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
         cute.autovec_copy(frag, x_mine)
         cute.arch.barrier(barrier_id=BAR_S_READY, number_of_threads=256)

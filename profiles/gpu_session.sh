@@ -30,14 +30,22 @@ for step in "$@"; do
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 31 --calls 200 ;;
+    overhead_bd) run overhead_bd 200 python3 profiles/host_overhead.py --breakdown --case decode_tiny decode_fp8 decode_bf16_splits ;;
     check)       run check 580 python3 -m fa512 check ;;
     bench)       run bench 580 python3 -m fa512 bench --quick --out "$OUT/bench" ;;
     ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;
     nsys)        run nsys 200 python3 profiles/nsys_run.py --case decode --kernel auto --kv fp8 --out "$OUT/nsys" ;;
+    ab_scale)    run ab_scale 420 python3 -m fa512 ab --sweeps scale --families gaussian,sink,retrieval --no-plots --out "$OUT/ab_scale" ;;
+    mma16_full)  run mma16_full 580 $smoke --no-perf --out "$OUT/mma16_full" ;;
+    ncu_deq_*)   # ncu --set full on the dequant control: ncu_deq_<decode|prefill>
+      run "$step" 300 python3 profiles/nsys_run.py --case "${step#ncu_deq_}" --kernel mma16 --kv fp8 --ncu --out "$OUT/$step" ;;
     nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;
     san_*)       # compute-sanitizer on one tiny diag case: san_<memcheck|racecheck>_<case substring>
       tool=$(echo "$step" | cut -d_ -f2); case_=$(echo "$step" | cut -d_ -f3-)
       extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report all"
+      # compile outside the sanitizer first: an in-process compile probes driver entry points
+      # (cuGetProcAddress), which memcheck reports as host API errors
+      run "${step}_warm" 200 $smoke --diag --inline --case "$case_" --kernel-timeout 120
       run "$step" 280 compute-sanitizer --tool "$tool" $extra --print-limit 20 \
         $smoke --diag --inline --case "$case_" --kernel-timeout 270 ;;
     *) echo "unknown step $step"; exit 2 ;;

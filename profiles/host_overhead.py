@@ -190,6 +190,68 @@ def profile(case: str, device: str, calls: int = 5000, top: int = 15) -> str:
     return text.getvalue()
 
 
+def breakdown(case: str, device: str, calls: int = 200) -> list:
+    """us per warm call of each piece of the `fa512.attention` path (best of 5 rounds): the
+    signature, the launcher lookup, the backend launch, the compiled function alone, and the
+    torch pieces a launch uses. Where the pieces add up to less than ``run``, the rest is glue."""
+    from fa512 import call_cache, op
+
+    q, k, v, kw = make_call(CASES[case], device)
+    out = torch.empty_like(q)
+    args = op_args(q, k, v, out, kw)
+    op.run(args)
+    launcher, fargs = call_cache.lookup(args)
+    state = launcher.launch_state
+    fwd = state[0] if state else None
+    kk, vv = (k.view(torch.uint8), v.view(torch.uint8)) if k.dtype == torch.float8_e4m3fn else (k, v)
+    lse = torch.empty(state[7], dtype=torch.float32, device=q.device) if state else None
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda i: 0)
+    ffi_args = None
+    if state and state[1] is None:
+        ffi_args = (q, kk, vv, out, lse, fargs.cu_seqlens_q, fargs.cu_seqlens_k, fargs.seqused_k, fargs.page_table,
+                    fargs.q_descale, fargs.k_descale, fargs.v_descale, *state[2], raw_stream(q.device.index or 0))
+    launch_only = None  # the same variant cut after its launch (`Sm90FwdConfig.stage`): host cost of the call itself
+    if ffi_args is not None and device == "cuda":
+        from fa512 import compile_cache
+
+        cfg = launcher.config.with_(split=False, stage="launch")
+        launch_only = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
+    small = torch.zeros(16, device=q.device)
+    pieces = {
+        "run (whole eager op body)": lambda: op.run(args),
+        "reference: small.add_(1) (one torch kernel launch)": lambda: small.add_(1),
+        "signature": lambda: call_cache._signature(args),
+        "lookup (signature + dict + overlap + args)": lambda: call_cache.lookup(args),
+        "launch (backend)": lambda: launcher.launch(launcher, fargs, out),
+        "launcher.fast (warm launch on the raw call)": (lambda: launcher.fast(args)) if launcher.fast else None,
+        "compiled fwd call alone": (lambda: fwd(*ffi_args)) if ffi_args else None,
+        "compiled fwd call, kernel cut after launch": (lambda: launch_only(*ffi_args)) if launch_only else None,
+        "torch.empty lse": lambda: torch.empty((32, 64), dtype=torch.float32, device=q.device),
+        "k.view(uint8)": lambda: k.view(torch.uint8),
+        "raw stream": lambda: raw_stream(0),
+    }
+    rows = []
+    for name, fn in pieces.items():
+        if fn is None:
+            continue
+        for _ in range(50):
+            fn()
+        best = float("inf")
+        for _ in range(5):
+            if device == "cuda":  # rounds start on an idle GPU: a full launch queue would time the kernel
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        rows.append((name, best))
+    if device == "cuda":
+        torch.cuda.synchronize()
+        api = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+        rows.append((f"torch.Tensor has __dlpack_c_exchange_api__ (tvm-ffi fast path): {api}", float("nan")))
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", nargs="*", choices=sorted(CASES), default=None, help="default: all")
@@ -199,6 +261,7 @@ def main(argv=None) -> int:
     parser.add_argument("--stub", action="store_true", help="CPU tensors + stubs even where a GPU exists")
     parser.add_argument("--profile", action="store_true", help="cProfile the warm attention loop per case")
     parser.add_argument("--json", default=None, help="also write the rows here")
+    parser.add_argument("--breakdown", action="store_true", help="time the pieces of one warm call per case")
     args = parser.parse_args(argv)
 
     import fa512  # noqa: F401  (registers torch.ops.fa512.fwd)
@@ -209,6 +272,12 @@ def main(argv=None) -> int:
     print(f"# {'stubbed kernel, CPU tensors' if stub else torch.cuda.get_device_name()}; torch {torch.__version__}; "
           f"{args.repeats} rounds x {args.calls} calls")
     rows = []
+    if args.breakdown:
+        with stubbed() if stub else contextlib.nullcontext():
+            for case in cases:
+                for name, us in breakdown(case, device):
+                    print(f"{case:20s} {name:45s} {us:7.2f} us", flush=True)
+        return 0
     with stubbed() if stub else contextlib.nullcontext():
         for case in cases:
             for api in args.api:

@@ -186,7 +186,7 @@ COMPILE_CASES = [
     (Sm90FwdConfig(tile_n=32, kv_stages=2, mask="none"),
      {"HGMMA.64x32x16.F32.BF16/SS", "HGMMA.64x256x16.F32.BF16/RS"}),
     (
-        Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=2, mask="causal",
+        Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
                       kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True, descale=(True, True, True)),
         {"HGMMA.64x32x16.F32/SS", "HGMMA.64x256x16.F32/RS"},
     ),

@@ -212,3 +212,54 @@ def test_gpu_quantize_probe_matches_emulation(dtype):
     torch.cuda.synchronize()
     assert torch.equal(q8.cpu().view(torch.float8_e4m3fn).float(), q_hi)
     assert torch.equal(sc.cpu(), torch.stack([scale[:, 0], scale[:, 256]]))
+
+
+@needs_dsl
+def test_dequant_conversion_is_bank_conflict_free():
+    """fp8_dequant's `_convert_half_tile` (cute_kernels.mma_paths): with the thread -> (row,
+    chunk) map `convert_slot`, every 8-thread phase of its 16-byte shared loads (e4m3 or bf16)
+    and of its two 16-byte f16 stores touches 8 distinct 16-byte bank groups, on the swizzled
+    layouts the kernel really uses, in both warpgroups' d halves; and the threads cover the
+    half tile exactly once."""
+    from cutlass import BFloat16, Float16, Float8E4M3FN
+    from cutlass.cute.nvgpu import warpgroup
+    import cutlass.cute as cute
+
+    from cute_kernels.mma_paths import convert_slot
+
+    def byte_address(layout, coord, elem_bytes):
+        # The 128 B swizzle acts on byte addresses (16-byte column ^= row % 8 of 128-byte rows):
+        # for 16-bit data it is not the swizzle evaluated on element offsets.
+        x = elem_bytes * layout.outer(coord)
+        return x ^ ((x >> 3) & 0x70)
+
+    def check():
+        bad, covered = [], set()
+        kind = warpgroup.SmemLayoutAtomKind.K_SW128
+        for src_dtype, src_bytes, rows in ((Float8E4M3FN, 1, 32), (BFloat16, 2, 64)):
+            src = cute.tile_to_shape(warpgroup.make_smem_layout_atom(kind, src_dtype), (rows, 512), order=(0, 1))
+            dst = cute.tile_to_shape(warpgroup.make_smem_layout_atom(kind, Float16), (rows, 512), order=(0, 1))
+            for wg in range(2):
+                for i in range(rows // 8):
+                    slots = [convert_slot(t, i) for t in range(128)]
+                    if src_dtype is Float8E4M3FN and wg == 0:
+                        covered |= {(r, c) for r, c in slots}
+                    for phase in range(16):  # 128 threads, 8 per 16-byte access phase
+                        group = slots[8 * phase: 8 * phase + 8]
+                        cols = [256 * wg + 16 * c for _, c in group]
+                        for (r, _), col in zip(group, cols):  # the byte model is CuTe's layout for bytes
+                            if src_bytes == 1 and byte_address(src, (r, col), 1) != src((r, col)):
+                                bad.append(("model", r, col))
+                        for half in ((0,) if src_bytes == 1 else (0, 8)):  # 16-byte loads
+                            loads = {byte_address(src, (r, col + half), src_bytes) // 16 % 8 for (r, _), col in zip(group, cols)}
+                            if len(loads) != 8:
+                                bad.append(("load", src_bytes, wg, i, phase, half))
+                        for half in (0, 8):  # the two 16-byte f16 stores
+                            stores = {byte_address(dst, (r, col + half), 2) // 16 % 8 for (r, _), col in zip(group, cols)}
+                            if len(stores) != 8:
+                                bad.append(("store", wg, i, phase, half))
+        return bad, covered
+
+    bad, covered = _jit_eval(check)
+    assert bad == []
+    assert covered == {(r, c) for r in range(32) for c in range(16)}

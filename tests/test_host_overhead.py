@@ -92,3 +92,35 @@ def test_main_writes_rows_for_every_entry_point(ho, tmp_path, capsys):
     assert [r["api"] for r in rows] == list(ho.APIS)
     assert all(r["kernel"] == "mma16" and r["host_us_min"] > 0 for r in rows)
     assert "decode_tiny" in capsys.readouterr().out
+
+
+def test_fast_launch_passes_what_the_generic_launch_passes(ho):
+    """A warm call goes through `Launcher.fast`; it must hand the kernel exactly the arguments
+    `Mma16Backend.launch` would (tensors by identity or same data, scalars, stream)."""
+    with ho.stubbed() as stubs:
+        q, k, v, kw = _small(ho)
+        out = torch.empty_like(q)
+        call = ho.op_args(q, k, v, out, kw)
+        op.run(call)  # cold: validates, plans, sets launcher.fast
+        launcher, args = call_cache.lookup(call, allow_fast=True)
+        assert args is None and launcher.fast is not None
+        op.run(call)
+        fast_args = stubs["fwd"].last_args
+        launcher, args = call_cache.lookup(call)
+        launcher.launch(launcher, args, out)
+        slow_args = stubs["fwd"].last_args
+        assert stubs["fwd"].calls == 3 and len(fast_args) == len(slow_args)
+        for i, (a, b) in enumerate(zip(fast_args, slow_args)):
+            if i == 4:  # lse: a fresh tensor per call
+                assert a.shape == b.shape and a.dtype == b.dtype and a is not b
+            elif isinstance(a, torch.Tensor):
+                assert a.dtype == b.dtype and a.shape == b.shape and a.data_ptr() == b.data_ptr()
+            else:
+                assert a == b
+
+
+def test_breakdown_times_every_piece_on_the_stub(ho, capsys):
+    assert ho.main(["--case", "decode_tiny", "--stub", "--breakdown"]) == 0
+    text = capsys.readouterr().out
+    for piece in ("run (whole eager op body)", "signature", "launcher.fast", "torch.empty lse"):
+        assert piece in text

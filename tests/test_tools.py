@@ -191,6 +191,16 @@ def test_ab_rejects_bad_arguments(tmp_path, capsys):
     assert ab.main(parse(ab, ["--families", "nope", "--out", str(tmp_path)])) == 2
     assert ab.main(parse(ab, ["--kernels", "fastest", "--out", str(tmp_path)])) == 2
     assert "--families" in capsys.readouterr().err
+    assert ab.main(parse(ab, ["--sweeps", "scale,speed", "--out", str(tmp_path)])) == 2
+    assert "--sweeps" in capsys.readouterr().err
+
+
+def test_ab_sweeps_option_keeps_only_those_cases(tmp_path):
+    out = tmp_path / "ab"
+    args = ["--quick", "--sweeps", "scale", "--families", "sink", "--no-plots", "--device", "cpu", "--out", str(out)]
+    assert ab.main(parse(ab, args)) == 0
+    report = json.loads((out / "ab.json").read_text())
+    assert report["cases"] and {(c["sweep"], c["family"]) for c in report["cases"]} == {("scale", "sink")}
 
 
 def test_ab_specs_cover_the_issue():

@@ -44,7 +44,7 @@ class Launcher:
 
     __slots__ = (
         "plan", "problem", "config", "num_splits", "kernel", "record", "launch", "extents",
-        "descale_modes", "descale_views", "launch_state",
+        "descale_modes", "descale_views", "launch_state", "fast",
     )
 
     def __init__(self, plan: Plan, extents: tuple):
@@ -61,6 +61,9 @@ class Launcher:
         self.descale_modes = tuple(m if m in ("scalar", "per_head") else None for m in self.problem.descale_modes)
         self.descale_views: dict = {}  # id(descale) -> (descale, its (B, Hkv) view)
         self.launch_state = None
+        # Optional warm launch on the raw call tuple (a backend sets it on its first launch):
+        # it skips building FwdArgs and re-reading the launch state (`Mma16Backend`).
+        self.fast = None
 
     def descale(self, t: Optional[torch.Tensor], mode: Optional[str]) -> Optional[torch.Tensor]:
         """The (B, Hkv) view of ``t`` for a "scalar" or "per_head" ``mode``; made once per tensor
@@ -130,10 +133,12 @@ def _cold(call: tuple, key: Optional[tuple]) -> tuple[Launcher, FwdArgs]:
     return launcher, args
 
 
-def lookup(call: tuple) -> tuple[Launcher, FwdArgs]:
+def lookup(call: tuple, allow_fast: bool = False) -> tuple[Launcher, Optional[FwdArgs]]:
     """``call`` is the op's 19 arguments in schema order (see `fa512.op`).
 
-    Returns the signature's launcher and the launch tensors (descales as (B, Hkv) views).
+    Returns the signature's launcher and the launch tensors (descales as (B, Hkv) views). With
+    ``allow_fast``, a warm launcher that has a ``fast`` launch comes back with None for the
+    tensors: ``launcher.fast(call)`` reads them from the call itself.
     """
     key = _signature(call)
     try:
@@ -157,6 +162,8 @@ def lookup(call: tuple) -> tuple[Launcher, FwdArgs]:
         t0 = v.data_ptr()
         if ev and t0 < o1 and o0 < t0 + ev:
             _overlap_error("v")
+    if allow_fast and launcher.fast is not None:
+        return launcher, None
     mq, mk, mv = launcher.descale_modes
     return launcher, FwdArgs(
         q, k, v, page_table, cu_seqlens_k, cu_seqlens_q, seqused_k,

@@ -490,6 +490,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="base seed; case i uses seed + i (default 0)")
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"input families of the logit-scale sweep (default {','.join(FAMILIES)}); "
                         "the context and coverage sweeps always use gemma-like inputs")
+    parser.add_argument("--sweeps", default="scale,context,coverage",
+                        help="comma list of sweeps to run: scale, context, coverage (default all three)")
     parser.add_argument("--kernels", default=",".join(v[0] for v in KERNEL_VARIANTS),
                         help="comma list of kernel variants to try on a GPU (default all)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
@@ -508,6 +510,10 @@ def main(args: argparse.Namespace) -> int:
     if bad:
         print(f"fa512 ab: --families: got {bad}, expected names from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
+    sweeps = {w for w in args.sweeps.split(",") if w}
+    if not sweeps or sweeps - {"scale", "context", "coverage"}:
+        print(f"fa512 ab: --sweeps: got {sorted(sweeps)}, expected names from scale, context, coverage", file=sys.stderr)
+        return 2
     wanted = [k for k in args.kernels.split(",") if k]
     known = [v[0] for v in KERNEL_VARIANTS]
     if any(k not in known for k in wanted):
@@ -525,7 +531,7 @@ def main(args: argparse.Namespace) -> int:
             why = BACKENDS[kernel].unavailable()
             unavailable[label] = "no CUDA GPU here" + (f"; {why}" if why else "")
 
-    specs = build_specs(args.quick, gpu, families, args.seed)
+    specs = [s for s in build_specs(args.quick, gpu, families, args.seed) if s.sweep in sweeps]
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     rows = []
