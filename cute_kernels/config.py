@@ -118,6 +118,12 @@ class Sm90FwdConfig:
     producer_regs, consumer_regs : int
         setmaxnreg budgets; (producer + 2 x consumer) x 128 must fit the CTA register pool
         (`REGISTER_POOL` = 168 x 384 = 64512), or the consumers' setmaxnreg.inc never returns.
+    pv_promote : bool
+        fp8_mma only: each block's P.V runs into zeroed fp32 temporaries (four 64-column slices,
+        double-buffered) that are added into O, instead of accumulating O on the tensor core:
+        FP8 wgmma keeps only ~13 bits below the largest term of each k=32 step, so a long O
+        accumulation drifts (docs/sm90_kernel.md, "FP8 numerics"). Needs the 24 / 240 register
+        split.
     stage : "launch" | "setup" | "load" | "qk" | "full"
         Diagnostic cut of the kernel (the GPU smoke script's ``--diag`` runs them in order):
         "launch" returns at once (tvm-ffi launch path only); "setup" adds smem, mbarrier init,
@@ -147,6 +153,7 @@ class Sm90FwdConfig:
     # fills it too, but the tile_n=32 producer spills at 24; 232 compiles every consumer without spills.
     producer_regs: int = 40
     consumer_regs: int = 232
+    pv_promote: bool = False
     stage: str = "full"
     trace: bool = False
 
@@ -212,6 +219,8 @@ class Sm90FwdConfig:
             self.qk_mode,
             f"r{self.producer_regs}-{self.consumer_regs}",
         ]
+        if self.pv_promote:
+            parts.append("promote")
         if self.stage != "full":
             parts.append(f"stage_{self.stage}")
         if self.trace:
@@ -225,6 +234,15 @@ class Sm90FwdConfig:
 
     def with_(self, **changes) -> "Sm90FwdConfig":
         return replace(self, **changes)
+
+    def with_split(self, split: bool) -> "Sm90FwdConfig":
+        """The variant a launch with (``split``) or without split partials compiles.
+
+        A split variant drops ``pv_promote``: its partial-output addressing leaves too few
+        registers for the promoted P.V (2-48 spills at 240); each split accumulates only its own
+        share of the keys on the tensor core, and the combine adds the splits in fp32.
+        """
+        return replace(self, split=split, pv_promote=self.pv_promote and not split)
 
     # -- resources -----------------------------------------------------------------------
     def smem_plan(self) -> dict:
@@ -323,12 +341,24 @@ class Sm90FwdConfig:
                 f"threads exceeds the CTA register pool {REGISTER_POOL} ({LAUNCH_REGS} launch registers x "
                 f"{NUM_THREADS} threads): setmaxnreg.inc would wait forever"
             )
+        if self.pv_promote and self.mma_path != "fp8_mma":
+            return False, f"pv_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
+        if self.pv_promote and self.split:
+            return False, "pv_promote with split partials does not fit the registers (spills): use with_split()"
         if self.stage not in STAGES:
             return False, f"stage {self.stage!r} not in {STAGES}"
         smem = self.smem_bytes()
         if smem > SMEM_LIMIT:
             return False, f"shared memory {smem} B exceeds {SMEM_LIMIT} B ({self.smem_plan()})"
         return True, ""
+
+
+# fp8_mma promotes P.V per block (`Sm90FwdConfig.pv_promote`) for sequences of at least this
+# many keys. The promotion costs ~9% of causal prefill at 8k and ~6% of decode B=64 x 8k on
+# the H200 (2026-11-29: 477 vs 524 TFLOP/s, 89.4% vs 95.4% of copy bandwidth), and the drift it
+# prevents grows with the keys one CTA accumulates: at 8k keys it is well below the e4m3
+# rounding of Q and P.
+PV_PROMOTE_MIN_KEYS = 16384
 
 
 def default_config(
@@ -342,8 +372,12 @@ def default_config(
     split: bool = False,
     descale: tuple = (False, False, False),
     fp8_mma: bool = False,
+    max_seqlen_k: int = 0,
 ) -> Sm90FwdConfig:
     """The variant the dispatch table should use for a problem of this kind.
+
+    ``max_seqlen_k`` (host bound on keys per sequence) switches fp8_mma's long-context guard
+    on from `PV_PROMOTE_MIN_KEYS` keys (see `Sm90FwdConfig.pv_promote`).
 
     tile_n=64 with one K and one V stage (Q 64 KB + K 64 KB + V 64 KB + two fp32 partial-S
     tiles 32 KB = 224 KB) is the default; tile_n=32 with two stages is the alternative the
@@ -356,8 +390,14 @@ def default_config(
         mma_path = "fp8_mma" if fp8_mma else "fp8_dequant"
     pack = group if TILE_M % group == 0 else 1
     tile_n, stages = 64, 1
+    regs = {}
     if mma_path == "fp8_mma":
         tile_n, stages = (32, 4) if paged and page_size % 64 else (64, 2)
+        # The promoted P.V needs 8 more registers per consumer thread (0 spills at 24 / 240). A
+        # local mask's window arithmetic does not fit a 24-register producer (24 spills), so
+        # local variants keep 40 / 232 and the direct accumulation.
+        if mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
+            regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
     elif mma_path == "fp8_dequant":
         # Q 64 + K/V f16 2 x 32 (the S exchange lives in K's) + e4m3 staging 3 x 2 x 16 KB = 224 KB
         tile_n, stages = 32, 3
@@ -372,12 +412,12 @@ def default_config(
         kv_layout="paged" if paged else "packed",
         page_size=page_size if paged else 0,
         qhead_per_kvhead=pack,
-        split=split,
         descale=tuple(descale),
-    )
+        **regs,
+    ).with_split(split)
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -405,16 +445,18 @@ def variant_list(full: bool = True) -> list:
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
-                    out.append(
-                        Sm90FwdConfig(
-                            mma_path=mma_path, q_dtype=q_dtype, tile_n=tile_n, kv_stages=stages, mask=mask,
-                            kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=split,
-                            descale=(True, True, True),
+                    for keys in (0, PV_PROMOTE_MIN_KEYS) if mma_path == "fp8_mma" else (0,):
+                        cfg = default_config(
+                            kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
+                            split=split, descale=(True, True, True), fp8_mma=mma_path == "fp8_mma",
+                            max_seqlen_k=keys,
                         )
-                    )
+                        assert (cfg.tile_n, cfg.kv_stages) == (tile_n, stages)
+                        if cfg not in out:
+                            out.append(cfg)
     base = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8)
-    fp8 = Sm90FwdConfig(mma_path="fp8_mma", q_dtype="bf16", tile_n=64, kv_stages=2, mask="causal",
-                        qhead_per_kvhead=8)
+    fp8 = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=False, group=8, fp8_mma=True,
+                         max_seqlen_k=PV_PROMOTE_MIN_KEYS)
     extras = [
         base.with_(qhead_per_kvhead=1),
         base.with_(tile_n=32, kv_stages=2),
@@ -424,6 +466,7 @@ def variant_list(full: bool = True) -> list:
         fp8,  # packed
         fp8.with_(qhead_per_kvhead=1),
         fp8.with_(tile_n=32, kv_stages=4, kv_layout="paged", page_size=32),
+        fp8.with_(pv_promote=False),  # the unguarded accumulation at 24 / 240, for the A/B
     ]
     if not full:
         return [
@@ -434,7 +477,7 @@ def variant_list(full: bool = True) -> list:
             Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
                           kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True,
                           descale=(True, True, True)),
-            fp8.with_(kv_layout="paged", page_size=64, split=True, descale=(True, True, True)),
+            fp8.with_(kv_layout="paged", page_size=64, descale=(True, True, True)).with_split(True),
             fp8.with_(q_dtype="f16", mask="local", tile_n=32, kv_stages=4),
         ]
     return out + extras

@@ -31,6 +31,7 @@ from .softmax import LOG2_E, OnlineSoftmax
 
 # Named barriers (id 0 is __syncthreads).
 BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
+PROMOTE_TEMPS = 1  # pv_promote: fp32 temporaries of 64 columns (2 double-buffers, and spills)
 BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arrive + 128 sync)
 
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
@@ -120,6 +121,7 @@ class FlashFwdSm90:
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         self.stage = config.stage
         self.fp8_mma = config.mma_path == "fp8_mma"
+        self.promote = config.pv_promote  # fp8_mma: each block's P.V into zeroed temporaries
         # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
         self.k_early = self.path.needs_staging and self.split_d
         # log2 offset of P before its e4m3 conversion (fa512.emulation.P_OFFSET_LOG2)
@@ -617,6 +619,9 @@ class FlashFwdSm90:
             tOrP = cute.make_rmem_tensor(thr_pv.partition_shape_A((self.tile_m, self.tile_n)), self.dtype)
         else:
             tOrP = cute.make_rmem_tensor_like(acc_as_a_view(cute.make_rmem_tensor(s_shape, Float32)), self.dtype)
+        promo = None  # pv_promote: (64-column slice MMA, its V^T fragments, two temporaries, next P)
+        if const_expr(self.promote):
+            promo = self._promote_parts(sVt_w, tidx_wg, tOrP)
         sScale_w = None
         q_row_scale = None  # fp8_mma: e4m3 scale of this thread's two S rows in this d half
         if const_expr(self.fp8_mma):
@@ -677,12 +682,16 @@ class FlashFwdSm90:
                     warpgroup.fence()
                     wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
                     warpgroup.commit_group()
-                    softmax.rescale(acc_O, row_scale)
+                    if const_expr(not self.promote):
+                        softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
                 self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
                 v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
                 if const_expr(do_pv):
-                    self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
+                    if const_expr(self.promote):
+                        self._pv_slice(promo, 0, 0, tOrP, v_idx)
+                    else:
+                        self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                 if const_expr(do_qk):
                     # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
                     warpgroup.wait_group(1 if do_pv else 0)
@@ -690,6 +699,9 @@ class FlashFwdSm90:
                     self.path.finish_k(hk)
                     self._trace(warp, "consumer K released: block, stage", n, hk.index)
                 if const_expr(do_qk):
+                    if const_expr(self.promote):
+                        # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
+                        promo[4].store(row_scale.load())
                     if const_expr(self.split_d):
                         self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
@@ -701,19 +713,31 @@ class FlashFwdSm90:
                     if i < n_blocks - 2:  # K(n-1) while PV(n+1) runs
                         hk = k_cons.wait_and_advance()
                         self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
-                if const_expr(do_pv):
+                if const_expr(do_pv and self.promote):
+                    self._p_to_a(acc_S, promo[3])  # P(n) now: S dies before the other slices
+                    self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
+                elif const_expr(do_pv):
                     warpgroup.wait_group(0)
                 self.path.finish_v(hv)
                 self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
                 if const_expr(do_qk):
-                    self._p_to_a(acc_S, tOrP)
+                    if const_expr(do_pv and self.promote):
+                        tOrP.store(promo[3].load())
+                    else:
+                        self._p_to_a(acc_S, tOrP)
             # ---- last PV ----
             if const_expr(do_qk):
-                softmax.rescale(acc_O, row_scale)
+                if const_expr(self.promote):
+                    promo[4].store(row_scale.load())
+                else:
+                    softmax.rescale(acc_O, row_scale)
             hv = v_cons.wait_and_advance()
             self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
             v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
-            if const_expr(do_pv):
+            if const_expr(do_pv and self.promote):
+                self._pv_slice(promo, 0, 0, tOrP, v_idx)
+                self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
+            elif const_expr(do_pv):
                 self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                 warpgroup.wait_group(0)
             self.path.finish_v(hv)
@@ -797,6 +821,62 @@ class FlashFwdSm90:
         warpgroup.fence()
         wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
         warpgroup.commit_group()
+
+    # -- fp8_mma pv_promote: P.V of one block in four 64-column slices --------------------------
+    # Slice j (columns 64j.. of this warpgroup's O half) runs into a zeroed fp32 temporary that
+    # is then added into O: the tensor core never accumulates across blocks, so each block's sum
+    # starts from zero and O itself is summed in fp32. Two temporaries alternate, so slice j+1
+    # runs while slice j is added. In the accumulator's (rows, cols) view a thread's columns of
+    # slice j are O's columns 16j .. 16j+15 (8-column groups 8j .. 8j+7, `fragments`).
+
+    def _promote_parts(self, sVt_w, tidx_wg, tOrP):
+        tiled = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, 64), a_source=warpgroup.OperandSource.RMEM,
+        )
+        thr = tiled.get_slice(tidx_wg)
+        vt = [thr.make_fragment_B(thr.partition_B(cute.local_tile(sVt_w, (64, self.tile_n), (j, 0, None))))
+              for j in range(self.half_d // 64)]
+        temps = [thr.make_fragment_C(thr.partition_shape_C((self.tile_m, 64))) for _ in range(PROMOTE_TEMPS)]
+        # (..., P of the next block, the O rescale factor of the block being added)
+        return tiled, vt, temps, cute.make_rmem_tensor_like(tOrP), cute.make_rmem_tensor(2, Float32)
+
+    @cute.jit
+    def _pv_slice(self, promo, j: cutlass.Constexpr[int], t: cutlass.Constexpr[int], tOrP, v_idx):
+        """Issue T[t] = P V[:, slice j] (zeroed first), committed as one group."""
+        tiled, vt, temps = promo[0], promo[1], promo[2]
+        warpgroup.fence()
+        wgmma(tiled, temps[t], tOrP, vt[j][None, None, None, v_idx], zero_init=True)
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _add_slice(self, acc_O, temp, j: cutlass.Constexpr[int], scale):
+        """O[:, slice j] = O * scale[row] + T: the online-softmax rescale of O is folded in, so
+        O is touched once per block (a separate conditional rescale pass spilled O)."""
+        o_mn = acc_mn_view(acc_O)
+        t_mn = acc_mn_view(temp)
+        for r in cutlass.range_constexpr(cute.size(t_mn, mode=[0])):
+            for c in cutlass.range_constexpr(cute.size(t_mn, mode=[1])):
+                o_mn[r, 16 * j + c] = o_mn[r, 16 * j + c] * scale[r] + t_mn[r, c]
+
+    @cute.jit
+    def _pv_promote_rest(self, promo, acc_O, tOrP, v_idx):
+        """Slice 0 is in flight (the last group committed); issue slices 1.., adding each
+        finished one into O; returns with every group complete."""
+        temps, scale = promo[2], promo[4]
+        n_slices = self.half_d // 64
+        nt = len(temps)
+        for j in cutlass.range_constexpr(1, n_slices):
+            if const_expr(nt == 1):
+                warpgroup.wait_group(0)
+                self._add_slice(acc_O, temps[0], j - 1, scale)
+                self._pv_slice(promo, j, 0, tOrP, v_idx)
+            else:
+                self._pv_slice(promo, j, j % nt, tOrP, v_idx)
+                warpgroup.wait_group(1)
+                self._add_slice(acc_O, temps[(j - 1) % nt], j - 1, scale)
+        warpgroup.wait_group(0)
+        self._add_slice(acc_O, temps[(n_slices - 1) % nt], n_slices - 1, scale)
 
     @cute.jit
     def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, own_scale=None):

@@ -77,6 +77,11 @@ TOL_LSE = 1e-3
 TOL_EMU = 5e-4  # fp8_mma: rel L2 of out vs the emulation of its own numerics (issue 5)
 
 
+# fp8_mma's long-context guard forced on for a short sequence (the dispatch turns it on from
+# cute_kernels.config.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
+PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240)
+
+
 def fp8_mma_cases(quick: bool) -> list[dict]:
     """``--fp8``: the FP8-MMA kernel against `fa512.emulation` (design fa512_fp8) and the reference."""
     c = []
@@ -103,6 +108,9 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
         add("fp8mma_decode_128k", hq=8, hkv=1, q_lens=[1], k_lens=[131072], page_size=64, logit_std=1.0)
         add("fp8mma_decode_128k_split16", hq=8, hkv=1, q_lens=[1], k_lens=[131072], page_size=64, splits=16,
             logit_std=1.0)
+        # the same 128k decode with P.V accumulated on the tensor core (no promotion): the A/B
+        add("fp8mma_decode_128k_unguarded", hq=8, hkv=1, q_lens=[1], k_lens=[131072], page_size=64, logit_std=1.0,
+            config=dict(pv_promote=False))
     c.append(dict(name="fp8mma_cuda_graph_decode_split8", kind="graph", kernel="fp8_mma", kv="fp8"))
     return c
 
@@ -125,6 +133,10 @@ def fp8_perf_cases() -> list[dict]:
              causal=True, page_size=64, descale=True),
         dict(name="perf_decode_b64_k8192_fp8_dequant", kind="perf", kv="fp8", q_lens=[1] * 64, k_lens=[8192] * 64,
              page_size=64, descale=True),
+        dict(name="ab_prefill8192_causal_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
+             k_lens=[8192], causal=True, page_size=64, descale=True, config=PROMOTED),
+        dict(name="ab_decode_b64_k8192_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
+             k_lens=[8192] * 64, page_size=64, descale=True, config=PROMOTED),
     ]
 
 
@@ -296,15 +308,16 @@ def tolerance(case: dict) -> float:
     return 2e-3 if case.get("kv") == "fp8" else TOL_OUT[case.get("dtype", "bf16")]
 
 
-def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int) -> dict:
+def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, pv_promote: bool) -> dict:
     """fp8_mma against the emulation of its numerics (<= TOL_EMU) and, reported, the reference.
 
     The emulation includes the fitted model of FP8 wgmma accumulation (`fa512.emulation.gmma_fp8`,
-    13 bits) and the kernel's direct accumulation of P.V into O.
+    13 bits) and, as the variant that ran, P.V promoted per block into fp32 O (``pv_promote``)
+    or accumulated into O on the tensor core.
     """
     from fa512.emulation import GMMA_FP8_BITS, emulate_attention, make_design
 
-    design = make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=False)
+    design = make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=pv_promote)
     emu_out, emu_lse = emulate_attention(q, k, v, **kw, design=design, num_splits=num_splits)
     ref = compare(q, k, v, kw, out, lse, tol=float("inf"), lse_tol=float("inf"))
     emu = compare(q, k, v, kw, out, lse, TOL_EMU, ref_out=emu_out.double(), ref_lse=emu_lse.double())
@@ -368,7 +381,7 @@ def precompile(cfg, splits: int) -> None:
     """Load or compile the kernels a launch will use, so the kernel watchdog times the GPU only."""
     from fa512 import compile_cache
 
-    compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg.with_(split=splits > 1)))
+    compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg.with_split(splits > 1)))
     if splits > 1:
         compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype))
 
@@ -439,16 +452,16 @@ def run_case(case: dict) -> dict:
         kernel = case.get("kernel", "mma16")
         backend, plan, args, out = prepare(q, k, v, kw, splits, changes or None, kernel)
         splits = plan.num_splits
-        step(f"compile {plan.config.with_(split=splits > 1).key()}")
+        step(f"compile {plan.config.with_split(splits > 1).key()}")
         precompile(plan.config, splits)
         step("launch")
         lse = backend.launch(plan, args, out, trace_addr=trace_addr)
         wait_kernel(case["name"], trace)
-        res = dict(ok=True, variant=plan.config.with_(split=splits > 1).key())
+        res = dict(ok=True, variant=plan.config.with_split(splits > 1).key())
         if kind == "check" or case["stage"] == "full":
             step("check")
             if kernel == "fp8_mma":
-                res.update(compare_fp8_mma(q, k, v, kw, out, lse, splits))
+                res.update(compare_fp8_mma(q, k, v, kw, out, lse, splits, plan.config.with_split(splits > 1).pv_promote))
             else:
                 res.update(compare(q, k, v, kw, out, lse, tolerance(case)))
         return res
@@ -471,7 +484,7 @@ def run_case(case: dict) -> dict:
             graph.replay()
             wait_kernel("graph replay")
             if kernel == "fp8_mma":
-                r = compare_fp8_mma(q, k, v, kw, out, lse, 8)
+                r = compare_fp8_mma(q, k, v, kw, out, lse, 8, plan.config.with_split(True).pv_promote)
             else:
                 r = compare(q, k, v, kw, out, lse, tolerance(case))
             ok, rels, lerrs = ok and r["ok"], rels + [r["rel_l2"]], lerrs + [r["lse_err"]]
@@ -507,7 +520,7 @@ def run_case(case: dict) -> dict:
         flops = attention_flops(case["q_lens"], case["k_lens"], q.shape[1], case.get("causal", False))
         kv_bytes = sum(case["k_lens"]) * k.shape[-2] * 512 * k.element_size() * 2  # fp8: 1-byte elements
         return dict(ok=True, seconds=t, tflops=flops / t / 1e12, kv_gbps=kv_bytes / t / 1e9, splits=splits,
-                    variant=plan.config.with_(split=splits > 1).key())
+                    variant=plan.config.with_split(splits > 1).key())
     if kind == "overhead":
         q, k, v, kw = build(dict(q_lens=[1], k_lens=[64], hq=8, hkv=1))
         backend, plan, args, out = prepare(q, k, v, kw, 1)

@@ -214,7 +214,7 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
     if ffi_args is not None and device == "cuda":
         from fa512 import compile_cache
 
-        cfg = launcher.config.with_(split=False, stage="launch")
+        cfg = launcher.config.with_split(False).with_(stage="launch")
         launch_only = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
     small = torch.zeros(16, device=q.device)
     pieces = {

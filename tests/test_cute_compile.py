@@ -111,6 +111,31 @@ def test_default_config_shapes():
     assert cfg.qhead_per_kvhead == 1  # 6 does not divide 64: no packing
 
 
+def test_fp8_mma_promotes_pv_where_the_registers_allow():
+    """fp8_mma's long-context guard: on from PV_PROMOTE_MIN_KEYS keys (24 / 240 registers), off
+    for shorter sequences, split partials and local masks (both spill with it,
+    docs/sm90_kernel.md); refused where it cannot apply."""
+    from cute_kernels.config import PV_PROMOTE_MIN_KEYS
+
+    kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True,
+              max_seqlen_k=PV_PROMOTE_MIN_KEYS)
+    short = default_config(**{**kw, "max_seqlen_k": PV_PROMOTE_MIN_KEYS - 1}, mask="causal")
+    assert not short.pv_promote and (short.producer_regs, short.consumer_regs) == (40, 232)
+    cfg = default_config(mask="causal", **kw)
+    assert cfg.pv_promote and (cfg.producer_regs, cfg.consumer_regs) == (24, 240) and cfg.can_implement()[0]
+    assert "promote" in cfg.key()
+    split = cfg.with_split(True)
+    assert split.split and not split.pv_promote and split.can_implement()[0] and split.with_split(False).split is False
+    assert default_config(mask="none", split=True, **kw) == default_config(mask="none", **kw).with_split(True)
+    local = default_config(mask="local", **kw)
+    assert not local.pv_promote and (local.producer_regs, local.consumer_regs) == (40, 232)
+    ok, why = cfg.with_(split=True).can_implement()
+    assert not ok and "with_split" in why
+    ok, why = Sm90FwdConfig(pv_promote=True).can_implement()
+    assert not ok and "fp8_mma" in why
+    assert not default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64).pv_promote
+
+
 # ---------------------------------------------------------------------------------------
 # block ranges and masks (the kernel's integer arithmetic, run on Python ints)
 # ---------------------------------------------------------------------------------------
@@ -195,6 +220,9 @@ COMPILE_CASES = [
     (FP8_MMA.with_(q_dtype="f16", mask="local", tile_n=32, kv_stages=4, kv_layout="packed", page_size=0,
                    split=False, descale=(False, False, False)),
      {"QGMMA.64x32x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
+    # the promoted P.V (fp8_mma's default without splits): four 64-column slices per block
+    (FP8_MMA.with_split(False).with_(pv_promote=True, producer_regs=24, consumer_regs=240),
+     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x64x32.F32.E4M3.E4M3/RS"}),
 ]
 
 
@@ -216,8 +244,9 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
     # copy, 2 copies (first block + loop)
     qk = next(s for s in shapes if s.endswith("/SS"))
     assert rep.hgmma[qk] == 2 * 256 // (32 if fp8 else 16)
-    if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies)
-        assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == 2 * cfg.tile_n // 32
+    if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted)
+        slices = 4 if cfg.pv_promote else 1
+        assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == 2 * slices * cfg.tile_n // 32
     assert rep.setmaxnreg == [f"DEALLOC.CTAPOOL:{cfg.producer_regs}", f"TRY_ALLOC.CTAPOOL:{cfg.consumer_regs}"]
     assert rep.spill_instructions == 0 and rep.local == 0
     assert rep.smem == cfg.smem_bytes() <= SMEM_LIMIT

@@ -89,6 +89,18 @@ def test_sm90_routes(kv_dtype, seqlen_q, route, kernel):
     assert "passed over" not in p.reason
     if kernel == "fp8_mma":
         assert p.config.mma_path == "fp8_mma" and (p.config.tile_n, p.config.kv_stages) == (64, 2)
+        assert not p.config.pv_promote  # 600 keys: below the long-context guard's threshold
+
+
+def test_fp8_mma_guards_long_sequences_only():
+    from cute_kernels.config import PV_PROMOTE_MIN_KEYS
+
+    for max_k, promote in ((PV_PROMOTE_MIN_KEYS - 64, False), (PV_PROMOTE_MIN_KEYS, True)):
+        # (max_seqlen_k is clamped to the cache's capacity, so the cache holds that many keys)
+        q, k, v, kw = make_problem([4], [max_k], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn, seed=15)
+        p = fa512.plan(q, k, v, **{**kw, "max_seqlen_k": max_k}, target="sm_90:132", num_splits=1)
+        assert p.kernel == "fp8_mma" and p.config.pv_promote is promote
+        assert (p.config.producer_regs, p.config.consumer_regs) == ((24, 240) if promote else (40, 232))
 
 
 @pytest.mark.parametrize("seqlen_q, kernel", [(1, "triton"), (512, "triton")])

@@ -88,6 +88,7 @@ class Mma16Backend(Backend):
             split=False,  # set per launch from plan.num_splits
             descale=tuple(mode != "none" for mode in problem.descale_modes),
             fp8_mma=self.fp8_mma,
+            max_seqlen_k=problem.max_seqlen_k,
         )
 
     def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:
@@ -109,7 +110,7 @@ class Mma16Backend(Backend):
 
             problem: Problem = plan.problem
             num_splits = max(1, int(plan.num_splits))
-            cfg = (config or plan.config).with_(split=num_splits > 1)
+            cfg = (config or plan.config).with_split(num_splits > 1)
             total_q, hq = q.shape[0], q.shape[1]
             device = q.device
             if problem.max_seqlen_q == 0 or total_q == 0:
