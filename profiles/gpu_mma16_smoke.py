@@ -96,6 +96,8 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     add("fp8mma_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4, descale=True)
     add("fp8mma_page32", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
     add("fp8mma_no_pack_g1", hq=4, hkv=4, q_lens=[70], k_lens=[300], causal=True, page_size=64)
+    # >= PV_PROMOTE_MIN_KEYS keys without splits: the promoted P.V (decode, causal = no mask)
+    add("fp8mma_decode_long", q_lens=[1, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
     if not quick:
         add("fp8mma_gemma31b_prefill2048", q_lens=[2048], k_lens=[2048], causal=True, page_size=64, descale=True,
             logit_std=4.0, softmax_scale=1.0)

@@ -127,10 +127,11 @@ def test_fp8_mma_promotes_pv_where_the_registers_allow():
     split = cfg.with_split(True)
     assert split.split and not split.pv_promote and split.can_implement()[0] and split.with_split(False).split is False
     assert default_config(mask="none", split=True, **kw) == default_config(mask="none", **kw).with_split(True)
+    assert not default_config(mask="none", split=True, **kw).pv_promote
     local = default_config(mask="local", **kw)
     assert not local.pv_promote and (local.producer_regs, local.consumer_regs) == (40, 232)
     ok, why = cfg.with_(split=True).can_implement()
-    assert not ok and "with_split" in why
+    assert not ok and "split" in why
     ok, why = Sm90FwdConfig(pv_promote=True).can_implement()
     assert not ok and "fp8_mma" in why
     assert not default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64).pv_promote

@@ -92,6 +92,15 @@ def test_sm90_routes(kv_dtype, seqlen_q, route, kernel):
         assert not p.config.pv_promote  # 600 keys: below the long-context guard's threshold
 
 
+def test_decode_causal_runs_the_unmasked_sm90_variant():
+    """One query per sequence, bottom-right causal: that query sees every key, so the SM90
+    kernels run their unmasked variant."""
+    q, k, v, kw = make_problem([1, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn, seed=15)
+    assert fa512.plan(q, k, v, **{**kw, "causal": True}, target="sm_90:132").config.mask == "none"
+    q, k, v, kw = make_problem([2, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn, seed=15)
+    assert fa512.plan(q, k, v, **{**kw, "causal": True}, target="sm_90:132").config.mask == "causal"
+
+
 def test_fp8_mma_guards_long_sequences_only():
     from cute_kernels.config import PV_PROMOTE_MIN_KEYS
 

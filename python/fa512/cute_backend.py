@@ -25,11 +25,16 @@ WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
 
 
 def mask_kind(problem: Problem) -> str:
-    """"causal" (window (inf, 0)), "local" (any finite window), or "none"."""
+    """"causal" (window (inf, 0)), "local" (any finite window), or "none".
+
+    Causal with one query per sequence is "none": bottom-right aligned, that query sits at the
+    last key and sees every key (the kernel still stops at seqused_k), so decode skips the
+    boundary-block masking.
+    """
     if problem.window_left >= 0:
         return "local"
     if problem.window_right == 0:
-        return "causal"
+        return "none" if problem.max_seqlen_q <= 1 else "causal"
     if problem.window_right > 0:
         return "local"
     return "none"
