@@ -9,7 +9,7 @@ See docs/sm90_kernel.md for the design and `FlashFwdSm90` for roles, budgets and
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import cuda.bindings.driver as cuda
 
@@ -29,9 +29,18 @@ from .mma_paths import BAR_WG_LOCAL, make_mma_path
 from .paged_kv import KVBlockTiles, kv_tma_view
 from .softmax import LOG2_E, OnlineSoftmax
 
+class PromoteParts(NamedTuple):
+    """What fp8_mma's promoted P.V uses besides O (`FlashFwdSm90._promote_parts`)."""
+
+    tiled: object  # the m64n64 slice MMA (A = P from registers)
+    vt: list  # V^T B fragment of each 64-column slice
+    temp: object  # the zeroed fp32 temporary of one slice
+    p_next: object  # P of the next block, converted before slices 1..
+    scale: object  # O's rescale factor for the block being added (rows r, r+8)
+
+
 # Named barriers (id 0 is __syncthreads).
 BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
-PROMOTE_TEMPS = 1  # pv_promote: fp32 temporaries of 64 columns (2 double-buffers, and spills)
 BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arrive + 128 sync)
 
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
@@ -652,9 +661,7 @@ class FlashFwdSm90:
             k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
             if const_expr(do_qk):
-                warpgroup.fence()
-                wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
-                warpgroup.commit_group()
+                self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx)
                 warpgroup.wait_group(0)
             self.path.finish_k(hk)
             self._trace(warp, "consumer K released: block, stage", n, hk.index)
@@ -679,9 +686,7 @@ class FlashFwdSm90:
                     k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
                 if const_expr(do_qk):
-                    warpgroup.fence()
-                    wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
-                    warpgroup.commit_group()
+                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx)
                     if const_expr(not self.promote):
                         softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
@@ -689,7 +694,7 @@ class FlashFwdSm90:
                 v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
                 if const_expr(do_pv):
                     if const_expr(self.promote):
-                        self._pv_slice(promo, 0, 0, tOrP, v_idx)
+                        self._pv_slice(promo, 0, tOrP, v_idx)
                     else:
                         self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                 if const_expr(do_qk):
@@ -701,7 +706,7 @@ class FlashFwdSm90:
                 if const_expr(do_qk):
                     if const_expr(self.promote):
                         # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
-                        promo[4].store(row_scale.load())
+                        promo.scale.store(row_scale.load())
                     if const_expr(self.split_d):
                         self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
@@ -714,7 +719,7 @@ class FlashFwdSm90:
                         hk = k_cons.wait_and_advance()
                         self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
                 if const_expr(do_pv and self.promote):
-                    self._p_to_a(acc_S, promo[3])  # P(n) now: S dies before the other slices
+                    self._p_to_a(acc_S, promo.p_next)  # P(n) now: S dies before the other slices
                     self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
                 elif const_expr(do_pv):
                     warpgroup.wait_group(0)
@@ -722,20 +727,20 @@ class FlashFwdSm90:
                 self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
                 if const_expr(do_qk):
                     if const_expr(do_pv and self.promote):
-                        tOrP.store(promo[3].load())
+                        tOrP.store(promo.p_next.load())
                     else:
                         self._p_to_a(acc_S, tOrP)
             # ---- last PV ----
             if const_expr(do_qk):
                 if const_expr(self.promote):
-                    promo[4].store(row_scale.load())
+                    promo.scale.store(row_scale.load())
                 else:
                     softmax.rescale(acc_O, row_scale)
             hv = v_cons.wait_and_advance()
             self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
             v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
             if const_expr(do_pv and self.promote):
-                self._pv_slice(promo, 0, 0, tOrP, v_idx)
+                self._pv_slice(promo, 0, tOrP, v_idx)
                 self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
             elif const_expr(do_pv):
                 self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
@@ -816,6 +821,13 @@ class FlashFwdSm90:
             tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
 
     @cute.jit
+    def _qk(self, tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx):
+        """Issue S = Q K^T for one block (this warpgroup's d half; committed, the caller waits)."""
+        warpgroup.fence()
+        wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
+        warpgroup.commit_group()
+
+    @cute.jit
     def _pv(self, tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx):
         """Issue O += P V for one block (committed; the caller waits)."""
         warpgroup.fence()
@@ -825,11 +837,14 @@ class FlashFwdSm90:
     # -- fp8_mma pv_promote: P.V of one block in four 64-column slices --------------------------
     # Slice j (columns 64j.. of this warpgroup's O half) runs into a zeroed fp32 temporary that
     # is then added into O: the tensor core never accumulates across blocks, so each block's sum
-    # starts from zero and O itself is summed in fp32. Two temporaries alternate, so slice j+1
-    # runs while slice j is added. In the accumulator's (rows, cols) view a thread's columns of
-    # slice j are O's columns 16j .. 16j+15 (8-column groups 8j .. 8j+7, `fragments`).
+    # starts from zero and O itself is summed in fp32. One temporary (a second one, so that
+    # slice j+1 runs while slice j is added, spilled). In the accumulator's (rows, cols) view a
+    # thread's columns of slice j are O's columns 16j .. 16j+15 (8-column groups 8j .. 8j+7,
+    # `fragments`).
 
     def _promote_parts(self, sVt_w, tidx_wg, tOrP):
+        """(slice MMA, V^T fragment per slice, the temporary, P of the next block, the O rescale
+        factor of the block being added), as a `PromoteParts`."""
         tiled = sm90_utils.make_trivial_tiled_mma(
             self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
             atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, 64), a_source=warpgroup.OperandSource.RMEM,
@@ -837,16 +852,14 @@ class FlashFwdSm90:
         thr = tiled.get_slice(tidx_wg)
         vt = [thr.make_fragment_B(thr.partition_B(cute.local_tile(sVt_w, (64, self.tile_n), (j, 0, None))))
               for j in range(self.half_d // 64)]
-        temps = [thr.make_fragment_C(thr.partition_shape_C((self.tile_m, 64))) for _ in range(PROMOTE_TEMPS)]
-        # (..., P of the next block, the O rescale factor of the block being added)
-        return tiled, vt, temps, cute.make_rmem_tensor_like(tOrP), cute.make_rmem_tensor(2, Float32)
+        temp = thr.make_fragment_C(thr.partition_shape_C((self.tile_m, 64)))
+        return PromoteParts(tiled, vt, temp, cute.make_rmem_tensor_like(tOrP), cute.make_rmem_tensor(2, Float32))
 
     @cute.jit
-    def _pv_slice(self, promo, j: cutlass.Constexpr[int], t: cutlass.Constexpr[int], tOrP, v_idx):
-        """Issue T[t] = P V[:, slice j] (zeroed first), committed as one group."""
-        tiled, vt, temps = promo[0], promo[1], promo[2]
+    def _pv_slice(self, promo, j: cutlass.Constexpr[int], tOrP, v_idx):
+        """Issue T = P V[:, slice j] (zeroed first), committed as one group."""
         warpgroup.fence()
-        wgmma(tiled, temps[t], tOrP, vt[j][None, None, None, v_idx], zero_init=True)
+        wgmma(promo.tiled, promo.temp, tOrP, promo.vt[j][None, None, None, v_idx], zero_init=True)
         warpgroup.commit_group()
 
     @cute.jit
@@ -861,22 +874,15 @@ class FlashFwdSm90:
 
     @cute.jit
     def _pv_promote_rest(self, promo, acc_O, tOrP, v_idx):
-        """Slice 0 is in flight (the last group committed); issue slices 1.., adding each
-        finished one into O; returns with every group complete."""
-        temps, scale = promo[2], promo[4]
+        """Slice 0 is in flight (the last group committed); add each finished slice into O and
+        issue the next; returns with every group complete."""
         n_slices = self.half_d // 64
-        nt = len(temps)
         for j in cutlass.range_constexpr(1, n_slices):
-            if const_expr(nt == 1):
-                warpgroup.wait_group(0)
-                self._add_slice(acc_O, temps[0], j - 1, scale)
-                self._pv_slice(promo, j, 0, tOrP, v_idx)
-            else:
-                self._pv_slice(promo, j, j % nt, tOrP, v_idx)
-                warpgroup.wait_group(1)
-                self._add_slice(acc_O, temps[(j - 1) % nt], j - 1, scale)
+            warpgroup.wait_group(0)
+            self._add_slice(acc_O, promo.temp, j - 1, promo.scale)
+            self._pv_slice(promo, j, tOrP, v_idx)
         warpgroup.wait_group(0)
-        self._add_slice(acc_O, temps[(n_slices - 1) % nt], n_slices - 1, scale)
+        self._add_slice(acc_O, promo.temp, n_slices - 1, promo.scale)
 
     @cute.jit
     def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, own_scale=None):

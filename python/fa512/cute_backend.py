@@ -140,66 +140,46 @@ class Mma16Backend(Backend):
             if config is None and not trace_addr and hasattr(plan, "launch_state"):
                 plan.launch_state = state
                 plan.fast = _fast_launch(plan, state)
-        fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape = state
-        if kv_fp8:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
-            k, v = k.view(torch.uint8), v.view(torch.uint8)
-        # Strides are fixed per launch_state (checked when it was made); data pointers are not.
-        if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) & 15:
-            for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-                _check_tma_operand(name, t)
-        stream = raw_stream(index)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
-        common = (
-            args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
-            args.q_descale, args.k_descale, args.v_descale, *scalars, stream,
-        )
-        if combine is None:
-            fwd(q, k, v, out, lse, *common)
-            return lse
-        o_part = torch.empty(o_part_shape, dtype=torch.float32, device=device)
-        lse_part = torch.empty(lse_part_shape, dtype=torch.float32, device=device)
-        fwd(q, k, v, o_part, lse_part, *common)
-        combine(o_part, lse_part, out, lse, args.cu_seqlens_q, scalars[4], stream)
+        return _run(state, q, k, v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
+                    args.q_descale, args.k_descale, args.v_descale)
+
+
+def _run(state, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
+    """One launch from a launch state (see `Mma16Backend.launch`); descales are (B, Hkv) views."""
+    fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape = state
+    if kv_fp8:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
+        k, v = k.view(torch.uint8), v.view(torch.uint8)
+    # Strides are fixed per launch_state (checked when it was made); data pointers are not.
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) & 15:
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            _check_tma_operand(name, t)
+    stream = raw_stream(index)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
+    if combine is None:
+        fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
         return lse
+    o_part = torch.empty(o_part_shape, dtype=torch.float32, device=device)
+    lse_part = torch.empty(lse_part_shape, dtype=torch.float32, device=device)
+    fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
+    combine(o_part, lse_part, out, lse, cuq, scalars[4], stream)
+    return lse
 
 
 def _fast_launch(launcher, state):
-    """The warm launch of one call signature, on the op's raw 19-argument call tuple.
-
-    Same steps as `Mma16Backend.launch` with its launch state unpacked once, into locals of
-    this closure: uint8 views of e4m3 K/V, the alignment check of moved data pointers, the
-    (B, Hkv) descale views, lse (and the split workspace) from the caching allocator, the
-    compiled call(s).
-    """
-    fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape = state
+    """The warm launch of one call signature, on the op's raw 19-argument call tuple: the
+    (B, Hkv) descale views, then `_run`, without building FwdArgs."""
     mq, mk, mv = launcher.descale_modes
     descale = launcher.descale
-    empty, f32, u8 = torch.empty, torch.float32, torch.uint8
-    num_splits = scalars[4]
 
     def fast(call: tuple) -> torch.Tensor:
         q, k, v, out, pt, cuk, cuq, _, sk, _, _, _, _, _, qd, kd, vd, _, _ = call
-        if kv_fp8:
-            k, v = k.view(u8), v.view(u8)
-        if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) & 15:
-            for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-                _check_tma_operand(name, t)
         if mq is not None:
             qd = descale(qd, mq)
         if mk is not None:
             kd = descale(kd, mk)
         if mv is not None:
             vd = descale(vd, mv)
-        stream = raw_stream(index)
-        lse = empty(lse_shape, dtype=f32, device=device)
-        if combine is None:
-            fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
-            return lse
-        o_part = empty(o_part_shape, dtype=f32, device=device)
-        lse_part = empty(lse_part_shape, dtype=f32, device=device)
-        fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
-        combine(o_part, lse_part, out, lse, cuq, num_splits, stream)
-        return lse
+        return _run(state, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd)
 
     return fast
 
