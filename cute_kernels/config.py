@@ -119,11 +119,22 @@ class Sm90FwdConfig:
         setmaxnreg budgets; (producer + 2 x consumer) x 128 must fit the CTA register pool
         (`REGISTER_POOL` = 168 x 384 = 64512), or the consumers' setmaxnreg.inc never returns.
     pv_promote : bool
-        fp8_mma only: each block's P.V runs into zeroed fp32 temporaries (four 64-column slices,
-        double-buffered) that are added into O, instead of accumulating O on the tensor core:
-        FP8 wgmma keeps only ~13 bits below the largest term of each k=32 step, so a long O
-        accumulation drifts (docs/sm90_kernel.md, "FP8 numerics"). Needs the 24 / 240 register
-        split.
+        fp8_mma only: each block's P.V runs, as four 64-column slices, into a zeroed fp32
+        temporary that is added into O, instead of accumulating O on the tensor core: FP8 wgmma
+        keeps only ~13 bits below the largest term of each k=32 step, so a long O accumulation
+        drifts (docs/sm90_kernel.md, "FP8 numerics"). Needs the 24 / 240 register split.
+    qk_promote : bool
+        fp8_mma only: the QK product of each d half runs its k-steps as two halves into two
+        zeroed fp32 accumulators that are added in fp32, so FP8 wgmma's reduced-precision
+        accumulation spans 4 k=32 steps instead of 8 (the retrieval probe's error falls to that of
+        exact accumulation in the emulation, `fa512.emulation.Design.qk_promote`). 32 registers
+        per consumer thread while the QK runs.
+    q_reg_steps : int
+        fp8_dequant only: how many of the QK product's 16 k-steps (m64 x tile_n x k16, this
+        warpgroup's d half) take Q from registers (RS wgmma) instead of shared memory. Q is
+        loaded once per tile, so those steps stop re-reading Q from smem for every key block
+        (Q is a third of the dequant path's smem traffic at tile_n=32, docs/sm90_kernel.md).
+        4 registers per consumer thread per step; 16 steps (64 registers) spill.
     stage : "launch" | "setup" | "load" | "qk" | "full"
         Diagnostic cut of the kernel (the GPU smoke script's ``--diag`` runs them in order):
         "launch" returns at once (tvm-ffi launch path only); "setup" adds smem, mbarrier init,
@@ -154,6 +165,8 @@ class Sm90FwdConfig:
     producer_regs: int = 40
     consumer_regs: int = 232
     pv_promote: bool = False
+    qk_promote: bool = False
+    q_reg_steps: int = 0
     stage: str = "full"
     trace: bool = False
 
@@ -221,6 +234,10 @@ class Sm90FwdConfig:
         ]
         if self.pv_promote:
             parts.append("promote")
+        if self.qk_promote:
+            parts.append("qkpromote")
+        if self.q_reg_steps:
+            parts.append(f"qr{self.q_reg_steps}")
         if self.stage != "full":
             parts.append(f"stage_{self.stage}")
         if self.trace:
@@ -347,6 +364,12 @@ class Sm90FwdConfig:
             return False, f"pv_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
         if self.pv_promote and self.split:
             return False, "pv_promote is not built with split partials (see with_split)"
+        if self.qk_promote and self.mma_path != "fp8_mma":
+            return False, f"qk_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
+        if self.q_reg_steps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
+            return False, "q_reg_steps holds part of a d half of Q as the QK A operand: fp8_dequant with qk_mode='split_d' only"
+        if not 0 <= self.q_reg_steps <= HEAD_DIM // 2 // 16:
+            return False, f"q_reg_steps {self.q_reg_steps} not in 0..{HEAD_DIM // 2 // 16} (k16 steps of a d half)"
         if self.stage not in STAGES:
             return False, f"stage {self.stage!r} not in {STAGES}"
         smem = self.smem_bytes()
@@ -361,6 +384,8 @@ class Sm90FwdConfig:
 # prevents grows with the keys one CTA accumulates: at 8k keys it is well below the e4m3
 # rounding of Q and P.
 PV_PROMOTE_MIN_KEYS = 16384
+# k-steps (of 16) of the dequant control's QK that take Q from registers in decode-like calls
+DEQUANT_DECODE_Q_REG_STEPS = 8
 
 
 def default_config(
@@ -375,11 +400,15 @@ def default_config(
     descale: tuple = (False, False, False),
     fp8_mma: bool = False,
     max_seqlen_k: int = 0,
+    max_seqlen_q: int = 0,
 ) -> Sm90FwdConfig:
     """The variant the dispatch table should use for a problem of this kind.
 
     ``max_seqlen_k`` (host bound on keys per sequence) switches fp8_mma's long-context guard
-    on from `PV_PROMOTE_MIN_KEYS` keys (see `Sm90FwdConfig.pv_promote`).
+    on from `PV_PROMOTE_MIN_KEYS` keys (see `Sm90FwdConfig.pv_promote`). ``max_seqlen_q``
+    (host bound on queries per sequence; 0 = unknown) picks the dequant control's decode
+    variant: when each sequence's queries fit one M tile, Q's first 8 k-steps come from
+    registers (`Sm90FwdConfig.q_reg_steps`).
 
     tile_n=64 with one K and one V stage (Q 64 KB + K 64 KB + V 64 KB + two fp32 partial-S
     tiles 32 KB = 224 KB) is the default; tile_n=32 with two stages is the alternative the
@@ -403,6 +432,12 @@ def default_config(
     elif mma_path == "fp8_dequant":
         # Q 64 + K/V f16 2 x 32 (the S exchange lives in K's) + e4m3 staging 3 x 2 x 16 KB = 224 KB
         tile_n, stages = 32, 3
+        # Half of Q in registers cuts the smem traffic that bounds the dequant path: decode B=64 x
+        # 8k rose from 49.9% to 53.2% of copy bandwidth, causal prefill 8k moved from 290 to 282
+        # TFLOP/s (H200, 2026-11-29), so only single-tile (decode-like) calls use it. 16 steps spill,
+        # and so do 8 with a local mask's window arithmetic (6 STL/LDL).
+        if 0 < max_seqlen_q * pack <= TILE_M and mask != "local":
+            regs = dict(q_reg_steps=DEQUANT_DECODE_Q_REG_STEPS)
     elif paged and page_size % tile_n and page_size % 32 == 0:
         tile_n, stages = 32, 2
     return Sm90FwdConfig(
@@ -419,7 +454,7 @@ def default_config(
     ).with_split(split)
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "DEQUANT_DECODE_Q_REG_STEPS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -447,11 +482,12 @@ def variant_list(full: bool = True) -> list:
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
-                    for keys in (0, PV_PROMOTE_MIN_KEYS) if mma_path == "fp8_mma" else (0,):
+                    # fp8_mma: short and long-context (promoted) variants; dequant: prefill and decode
+                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1)):
                         cfg = default_config(
                             kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
                             split=split, descale=(True, True, True), fp8_mma=mma_path == "fp8_mma",
-                            max_seqlen_k=keys,
+                            max_seqlen_k=keys, max_seqlen_q=queries,
                         )
                         assert (cfg.tile_n, cfg.kv_stages) == (tile_n, stages)
                         if cfg not in out:
@@ -469,6 +505,10 @@ def variant_list(full: bool = True) -> list:
         fp8.with_(qhead_per_kvhead=1),
         fp8.with_(tile_n=32, kv_stages=4, kv_layout="paged", page_size=32),
         fp8.with_(pv_promote=False),  # the unguarded accumulation at 24 / 240, for the A/B
+        # the QK^T accumulation guard (opt-in; docs/sm90_kernel.md), no mask and causal
+        fp8.with_(pv_promote=False, qk_promote=True, mask="none", kv_layout="paged", page_size=64),
+        fp8.with_(pv_promote=False, qk_promote=True, kv_layout="paged", page_size=64),
+        fp8.with_(pv_promote=False, qk_promote=True, mask="none", kv_layout="paged", page_size=64).with_split(True),
     ]
     if not full:
         return [

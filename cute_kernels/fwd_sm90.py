@@ -46,6 +46,9 @@ BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arr
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
 
 
+QKP_COLS = 16  # keys per qk_promote round
+
+
 class FlashFwdSm90:
     """d512 attention forward, one 64-row query tile per CTA, 3 warpgroups (384 threads).
 
@@ -131,6 +134,8 @@ class FlashFwdSm90:
         self.stage = config.stage
         self.fp8_mma = config.mma_path == "fp8_mma"
         self.promote = config.pv_promote  # fp8_mma: each block's P.V into zeroed temporaries
+        self.q_reg_steps = config.q_reg_steps  # fp8_dequant: QK k-steps with Q from registers
+        self.qk_promote = config.qk_promote  # fp8_mma: QK's two k halves into separate accumulators
         # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
         self.k_early = self.path.needs_staging and self.split_d
         # log2 offset of P before its e4m3 conversion (fa512.emulation.P_OFFSET_LOG2)
@@ -638,6 +643,12 @@ class FlashFwdSm90:
                                        (self.tile_m,), (wg,))
             q_row_scale = cute.make_rmem_tensor(2, Float32)
 
+        qkp = None  # qk_promote: (n32 QK MMA, its Q fragments, K fragments per key half, temporary)
+        if const_expr(self.qk_promote):
+            qkp = self._qk_promote_parts(sQ_w, sK_w, tidx_wg)
+        q_regs = None  # q_reg_steps: (RS QK MMA, Q's first k-steps as A fragments, their smem source)
+        if const_expr(self.q_reg_steps):
+            q_regs = self._q_reg_parts(sQ_w, tidx_wg)
         q_cons = pipe_q.make_consumer()
         k_cons = pipe_k.make_consumer()
         v_cons = pipe_v.make_consumer()
@@ -650,6 +661,8 @@ class FlashFwdSm90:
             hq = q_cons.wait_and_advance()
             self._trace(warp, "consumer Q ready", Int32(0), Int32(0))
             self.path.prepare_q(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, wg)
+            if const_expr(self.q_reg_steps):
+                cute.autovec_copy(q_regs[2], q_regs[1])  # once per tile
             if const_expr(self.fp8_mma):
                 rows_c = acc_mn_view(tScS)
                 for r in cutlass.range_constexpr(2):
@@ -661,13 +674,16 @@ class FlashFwdSm90:
             k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
             if const_expr(do_qk):
-                self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx)
-                warpgroup.wait_group(0)
+                if const_expr(self.qk_promote):
+                    self._qk_promoted(qkp, acc_S, k_idx)
+                else:
+                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs)
+                    warpgroup.wait_group(0)
             self.path.finish_k(hk)
             self._trace(warp, "consumer K released: block, stage", n, hk.index)
             if const_expr(do_qk):
                 if const_expr(self.split_d):
-                    self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, q_row_scale)
+                    self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, warp_live, q_row_scale)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                 if warp_live:
                     mask.apply(acc_S, tScS, n)
@@ -686,7 +702,10 @@ class FlashFwdSm90:
                     k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
                 if const_expr(do_qk):
-                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx)
+                    if const_expr(self.qk_promote):
+                        self._qk_promoted(qkp, acc_S, k_idx)  # complete on return
+                    else:
+                        self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs)
                     if const_expr(not self.promote):
                         softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
@@ -708,7 +727,7 @@ class FlashFwdSm90:
                         # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
                         promo.scale.store(row_scale.load())
                     if const_expr(self.split_d):
-                        self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, q_row_scale)
+                        self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                     if warp_live:
                         if mask.needs_mask(n):
@@ -821,11 +840,76 @@ class FlashFwdSm90:
             tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
 
     @cute.jit
-    def _qk(self, tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx):
-        """Issue S = Q K^T for one block (this warpgroup's d half; committed, the caller waits)."""
+    def _qk(self, tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs=None):
+        """Issue S = Q K^T for one block (this warpgroup's d half; committed, the caller waits).
+        With ``q_regs`` (fp8_dequant) the first q_reg_steps k-steps take Q from registers."""
         warpgroup.fence()
-        wgmma(tiled_mma_qk, acc_S, tSrQ, tSrK[None, None, None, k_idx], zero_init=True)
+        tB = tSrK[None, None, None, k_idx]
+        if const_expr(q_regs is None):
+            wgmma(tiled_mma_qk, acc_S, tSrQ, tB, zero_init=True)
+        else:
+            atom_r = cute.make_mma_atom(q_regs[0].op)
+            atom_s = cute.make_mma_atom(tiled_mma_qk.op)
+            atom_r.set(warpgroup.Field.ACCUMULATE, False)
+            atom_s.set(warpgroup.Field.ACCUMULATE, True)
+            for k in cutlass.range_constexpr(cute.size(tSrQ.shape[2])):
+                if const_expr(k < self.q_reg_steps):
+                    cute.gemm(atom_r, acc_S, q_regs[1][None, None, k], tB[None, None, k], acc_S)
+                    atom_r.set(warpgroup.Field.ACCUMULATE, True)
+                else:
+                    cute.gemm(atom_s, acc_S, tSrQ[None, None, k], tB[None, None, k], acc_S)
         warpgroup.commit_group()
+
+    # -- fp8_mma qk_promote: each k half of QK^T accumulated from zero, added in fp32 ------------
+    # A second 64 x 64 accumulator spilled (91-117 STL/LDL at 232 and 240 registers), so S is
+    # computed one 32-key half at a time: k half 0 into S's own registers, k half 1 into a
+    # 16-register temporary, then S_half += T. In the accumulator fragment, registers 16h ..
+    # 16h+15 are columns 32h .. 32h+31 (wgmma's C layout runs over 8-column groups).
+
+    def _qk_promote_parts(self, sQ_w, sK_w, tidx_wg):
+        tiled = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, QKP_COLS),
+        )
+        thr = tiled.get_slice(tidx_wg)
+        tq = thr.make_fragment_A(thr.partition_A(sQ_w))
+        tk = [thr.make_fragment_B(thr.partition_B(cute.local_tile(sK_w, (QKP_COLS, self.qk_k), (h, 0, None))))
+              for h in range(self.tile_n // QKP_COLS)]
+        temp = thr.make_fragment_C(thr.partition_shape_C((self.tile_m, QKP_COLS)))
+        return tiled, tq, tk, temp
+
+    @cute.jit
+    def _qk_promoted(self, qkp, acc_S, k_idx):
+        """S = Q K^T for one block with each k half accumulated from zero; complete on return
+        (nothing else may be in flight)."""
+        tiled, tq, tk, temp = qkp
+        steps = cute.size(tq.shape[2])
+        for h in cutlass.range_constexpr(self.tile_n // QKP_COLS):
+            s_half = cute.make_tensor(acc_S.iterator + cute.size(temp) * h, temp.layout)
+            tB = tk[h][None, None, None, k_idx]
+            atom = cute.make_mma_atom(tiled.op)
+            warpgroup.fence()
+            for k in cutlass.range_constexpr(steps):
+                atom.set(warpgroup.Field.ACCUMULATE, k % (steps // 2) != 0)
+                dst = s_half if k < steps // 2 else temp
+                cute.gemm(atom, dst, tq[None, None, k], tB[None, None, k], dst)
+            warpgroup.commit_group()
+            warpgroup.wait_group(0)
+            for i in cutlass.range_constexpr(cute.size(temp)):
+                s_half[i] = s_half[i] + temp[i]
+
+    def _q_reg_parts(self, sQ_w, tidx_wg):
+        """(RS QK MMA, registers for Q[:, first q_reg_steps x 16 columns of this d half] as its
+        A fragments, the thread's elements of them in the f16 Q tile)."""
+        tiled = sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.tile_n), a_source=warpgroup.OperandSource.RMEM,
+        )
+        thr = tiled.get_slice(tidx_wg)
+        sQ_r = cute.local_tile(sQ_w, (self.tile_m, 16 * self.q_reg_steps), (0, 0))
+        tSsQ = thr.partition_A(sQ_r)
+        tSrQ = cute.make_rmem_tensor(thr.partition_shape_A((self.tile_m, 16 * self.q_reg_steps)), self.dtype)
+        return tiled, tSrQ, tSsQ
 
     @cute.jit
     def _pv(self, tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx):
@@ -885,12 +969,14 @@ class FlashFwdSm90:
         self._add_slice(acc_O, promo.temp, n_slices - 1, promo.scale)
 
     @cute.jit
-    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, own_scale=None):
+    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, live, own_scale=None):
         """S = S_0 + S_1 through smem (see class docstring for the barrier protocol).
 
         ``own_scale`` (fp8_mma): this warpgroup's e4m3 Q row scales (rows r, r+8 of the thread)
         are applied to its own partial first; fp32 addition commutes, so both warpgroups still
-        hold bit-identical S.
+        hold bit-identical S. A warp whose rows hold no query (``live`` false; its partner warp
+        in the other warpgroup holds the same rows) keeps the barriers but moves no data: in a
+        decode tile that is 3 of 4 warps, 3/4 of the exchange's smem traffic.
         """
         n_s = cute.size(acc_S)
         frag = cute.make_tensor(acc_S.iterator, cute.make_layout((4, n_s // 4)))
@@ -901,14 +987,16 @@ class FlashFwdSm90:
             # wait until the other WG has read what this WG wrote for the previous block (k_early:
             # done before the K conversion that overwrites X[w], `_convert_next_k`)
             cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
-        cute.autovec_copy(frag, x_mine)
+        if live:
+            cute.autovec_copy(frag, x_mine)
         cute.arch.barrier(barrier_id=BAR_S_READY, number_of_threads=256)
-        other = cute.make_rmem_tensor((4, n_s // 4), Float32)
-        cute.autovec_copy(x_other, other)
+        if live:
+            other = cute.make_rmem_tensor((4, n_s // 4), Float32)
+            cute.autovec_copy(x_other, other)
+            for i in cutlass.range_constexpr(n_s):
+                frag[i] = frag[i] + other[i]
         if not is_last:
             cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
-        for i in cutlass.range_constexpr(n_s):
-            frag[i] = frag[i] + other[i]
 
     @cute.jit
     def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,

@@ -212,6 +212,9 @@ def _rewrite_from_stage(handle, wg, write) -> None:
     cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
 
 
+CONVERT_BATCH = 2  # 16-byte loads `_convert_half_tile` issues before their stores
+
+
 def convert_slot(tidx_wg, i):
     """(row, 16-column chunk) that thread ``tidx_wg`` of a warpgroup converts in step ``i`` of
     `_convert_half_tile` (Python or DSL ints; tests/test_cute_compile.py checks the banks)."""
@@ -232,18 +235,23 @@ def _convert_half_tile(src: cute.Tensor, dst: cute.Tensor, tidx_wg: Int32, rows_
     (when given) are written as zeros.
     """
     rows = cute.size(src, mode=[0])
-    for i in cutlass.range_constexpr(rows // 8):
-        row, chunk = convert_slot(tidx_wg, i)
-        s = cute.local_tile(src, (1, 16), (row, chunk))
-        d = cute.local_tile(dst, (1, 16), (row, chunk))
-        r_in = cute.make_rmem_tensor((1, 16), src.element_type)
-        cute.autovec_copy(s, r_in)
-        r_out = cute.make_rmem_tensor((1, 16), Float16)
-        r_out.store(r_in.load().to(Float16))
-        if const_expr(rows_valid is not None):
-            if row >= rows_valid:
-                r_out.fill(0.0)
-        cute.autovec_copy(r_out, d)
+    steps = rows // 8
+    # Loads in batches of CONVERT_BATCH ahead of their stores: the compiler cannot tell src from
+    # dst, so a load placed after a store waits for it (a shared-memory round trip per step).
+    # 4 at once spilled the variants with Q in registers.
+    for b in cutlass.range_constexpr(0, steps, CONVERT_BATCH):
+        r_in = [cute.make_rmem_tensor((1, 16), src.element_type) for _ in range(CONVERT_BATCH)]
+        for j in cutlass.range_constexpr(CONVERT_BATCH):
+            row, chunk = convert_slot(tidx_wg, b + j)
+            cute.autovec_copy(cute.local_tile(src, (1, 16), (row, chunk)), r_in[j])
+        for j in cutlass.range_constexpr(CONVERT_BATCH):
+            row, chunk = convert_slot(tidx_wg, b + j)
+            r_out = cute.make_rmem_tensor((1, 16), Float16)
+            r_out.store(r_in[j].load().to(Float16))
+            if const_expr(rows_valid is not None):
+                if row >= rows_valid:
+                    r_out.fill(0.0)
+            cute.autovec_copy(r_out, cute.local_tile(dst, (1, 16), (row, chunk)))
 
 
 def make_mma_path(mma_path: str, q_dtype: str, tile_n: int):

@@ -62,6 +62,7 @@ reference is fed the same (fp8) K/V values. Exit status 0 iff every case passed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -80,6 +81,10 @@ TOL_EMU = 5e-4  # fp8_mma: rel L2 of out vs the emulation of its own numerics (i
 # fp8_mma's long-context guard forced on for a short sequence (the dispatch turns it on from
 # cute_kernels.config.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
 PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240)
+# fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32) and the dequant control
+# with part of Q in registers (its decode default), forced on for their A/B
+QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240)
+Q_REGS = dict(q_reg_steps=8)
 
 
 def fp8_mma_cases(quick: bool) -> list[dict]:
@@ -113,6 +118,17 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
         # the same 128k decode with P.V accumulated on the tensor core (no promotion): the A/B
         add("fp8mma_decode_128k_unguarded", hq=8, hkv=1, q_lens=[1], k_lens=[131072], page_size=64, logit_std=1.0,
             config=dict(pv_promote=False))
+    # the QK accumulation guard: correctness against its emulation, and the retrieval probe
+    # (fa512.inputs, 31B heads, one query) with and without it, beside the anchor design's emulation
+    add("fp8mma_qkpromote_causal_varlen", q_lens=[200, 77, 1], k_lens=[200, 300, 50], causal=True, page_size=64,
+        descale=True, config=QK_PROMOTED)
+    add("fp8mma_qkpromote_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4,
+        descale=True, config=QK_PROMOTED)
+    for keys in (32768,) if quick else (32768, 131072):
+        for std in (1.0, 2.0):
+            for guard in (False, True):
+                add(f"fp8mma_retrieval{keys // 1024}k_std{std:g}" + ("_qkpromote" if guard else ""),
+                    family="retrieval", seqlen_k=keys, logit_std=std, config=QK_PROMOTED if guard else None)
     c.append(dict(name="fp8mma_cuda_graph_decode_split8", kind="graph", kernel="fp8_mma", kv="fp8"))
     return c
 
@@ -135,6 +151,16 @@ def fp8_perf_cases() -> list[dict]:
              causal=True, page_size=64, descale=True),
         dict(name="perf_decode_b64_k8192_fp8_dequant", kind="perf", kv="fp8", q_lens=[1] * 64, k_lens=[8192] * 64,
              page_size=64, descale=True),
+        dict(name="ab_prefill8192_causal_fp8_mma_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
+             k_lens=[8192], causal=True, page_size=64, descale=True, config=QK_PROMOTED),
+        dict(name="ab_decode_b64_k8192_fp8_mma_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
+             k_lens=[8192] * 64, page_size=64, descale=True, config=QK_PROMOTED),
+        dict(name="ab_decode_b4_k32768_fp8_mma_split_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8",
+             q_lens=[1] * 4, k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=QK_PROMOTED),
+        dict(name="ab_prefill8192_causal_fp8_dequant_qregs8", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
+             causal=True, page_size=64, descale=True, config=Q_REGS),
+        dict(name="ab_decode_b64_k8192_fp8_dequant_qregs0", kind="perf", kv="fp8", q_lens=[1] * 64,
+             k_lens=[8192] * 64, page_size=64, descale=True, config=dict(q_reg_steps=0)),
         dict(name="ab_prefill8192_causal_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
              k_lens=[8192], causal=True, page_size=64, descale=True, config=PROMOTED),
         dict(name="ab_decode_b64_k8192_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
@@ -168,6 +194,10 @@ def correctness_cases(quick: bool) -> list[dict]:
         descale=True)
     add("fp8_dequant_packed_split3", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True)
     add("fp8_dequant_local", kv="fp8", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
+    add("fp8_dequant_paged_causal_qregs8", kv="fp8", q_lens=[70, 1], k_lens=[700, 333], page_size=64, causal=True,
+        descale=True, config=Q_REGS)
+    add("fp8_dequant_split3_qregs8", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
+        config=Q_REGS)
     if not quick:
         add("gemma31b_prefill2048_causal", q_lens=[2048], k_lens=[2048], causal=True, logit_std=4.0,
             softmax_scale=1.0)
@@ -231,8 +261,18 @@ def perf_cases(ab: bool) -> list[dict]:
 # worker side
 # ---------------------------------------------------------------------------------------
 def build(case: dict, seed: int = 0):
-    """Inputs on the GPU: Gaussian q/k/v with logit std ``logit_std``, random page table."""
+    """Inputs on the GPU: Gaussian q/k/v with logit std ``logit_std``, random page table; with
+    ``family``, `fa512.inputs.make_case` (31B heads, one decode query, paged fp8 KV)."""
     import torch
+
+    if case.get("family"):
+        from fa512.inputs import make_case
+
+        made = make_case(case["family"], heads="31B", mode="decode", seqlen_k=case["seqlen_k"],
+                         logit_std=case.get("logit_std"), seed=seed, device="cuda")
+        kw = made.kwargs()
+        kw["case"] = made  # popped by the worker (needle weights)
+        return made.q, made.k, made.v, kw
 
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16}[case.get("dtype", "bf16")]
     kv_dtype = torch.float8_e4m3fn if case.get("kv") == "fp8" else dtype
@@ -310,21 +350,37 @@ def tolerance(case: dict) -> float:
     return 2e-3 if case.get("kv") == "fp8" else TOL_OUT[case.get("dtype", "bf16")]
 
 
-def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, pv_promote: bool) -> dict:
+def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -> dict:
     """fp8_mma against the emulation of its numerics (<= TOL_EMU) and, reported, the reference.
 
     The emulation includes the fitted model of FP8 wgmma accumulation (`fa512.emulation.gmma_fp8`,
-    13 bits) and, as the variant that ran, P.V promoted per block into fp32 O (``pv_promote``)
-    or accumulated into O on the tensor core.
+    13 bits) and the guards of the variant that ran (``config``, its `Sm90FwdConfig`): P.V
+    promoted per block into fp32 O or accumulated on the tensor core, QK^T's k halves
+    accumulated apart or not. With ``made`` (an `fa512.inputs.Case`) it also reports the anchor
+    design's emulation against the reference and the needle weights (retrieval probe).
     """
-    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, make_design
+    import torch
 
-    design = make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=pv_promote)
+    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, make_design
+    from fa512.inputs import needle_weights
+
+    design = dataclasses.replace(make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=config.pv_promote),
+                                 qk_promote=config.qk_promote)
     emu_out, emu_lse = emulate_attention(q, k, v, **kw, design=design, num_splits=num_splits)
     ref = compare(q, k, v, kw, out, lse, tol=float("inf"), lse_tol=float("inf"))
     emu = compare(q, k, v, kw, out, lse, TOL_EMU, ref_out=emu_out.double(), ref_lse=emu_lse.double())
-    return dict(ok=emu["ok"], rel_l2=emu["rel_l2"], lse_err=emu["lse_err"], ref_rel_l2=ref["rel_l2"],
-                ref_lse_err=ref["lse_err"], empty_rows_ok=emu["empty_rows_ok"], finite=emu["finite"])
+    res = dict(ok=emu["ok"], rel_l2=emu["rel_l2"], lse_err=emu["lse_err"], ref_rel_l2=ref["rel_l2"],
+               ref_lse_err=ref["lse_err"], empty_rows_ok=emu["empty_rows_ok"], finite=emu["finite"])
+    if made is not None:
+        from fa512.reference import attention_ref
+
+        ref_out, _ = attention_ref(q, k, v, **kw)
+        anchor, _ = emulate_attention(q, k, v, **kw, design="anchor_fp8", out_dtype=torch.float32)
+        res["anchor_ref_rel_l2"] = ((anchor.double() - ref_out).norm() / ref_out.norm()).item()
+        if made.needles:
+            res["needle"] = needle_weights(made, out)[0]
+            res["needle_ref"] = needle_weights(made, ref_out.float())[0]
+    return res
 
 
 def compare(q, k, v, kw, out, lse, tol: float, lse_tol: float = TOL_LSE, ref_out=None, ref_lse=None) -> dict:
@@ -443,6 +499,7 @@ def run_case(case: dict) -> dict:
     if kind in ("check", "diag"):
         step("build")
         q, k, v, kw = build(case)
+        made = kw.pop("case", None)
         splits = case.get("splits", 1)
         changes = dict(case.get("config") or {})
         trace, trace_addr = None, 0
@@ -463,7 +520,7 @@ def run_case(case: dict) -> dict:
         if kind == "check" or case["stage"] == "full":
             step("check")
             if kernel == "fp8_mma":
-                res.update(compare_fp8_mma(q, k, v, kw, out, lse, splits, plan.config.with_split(splits > 1).pv_promote))
+                res.update(compare_fp8_mma(q, k, v, kw, out, lse, splits, plan.config.with_split(splits > 1), made))
             else:
                 res.update(compare(q, k, v, kw, out, lse, tolerance(case)))
         return res
@@ -486,7 +543,7 @@ def run_case(case: dict) -> dict:
             graph.replay()
             wait_kernel("graph replay")
             if kernel == "fp8_mma":
-                r = compare_fp8_mma(q, k, v, kw, out, lse, 8, plan.config.with_split(True).pv_promote)
+                r = compare_fp8_mma(q, k, v, kw, out, lse, 8, plan.config.with_split(True))
             else:
                 r = compare(q, k, v, kw, out, lse, tolerance(case))
             ok, rels, lerrs = ok and r["ok"], rels + [r["rel_l2"]], lerrs + [r["lse_err"]]
@@ -511,6 +568,7 @@ def run_case(case: dict) -> dict:
         return dict(ok=True, gbps=2 * src.numel() / t / 1e9, seconds=t)
     if kind == "perf":
         q, k, v, kw = build(case)
+        made = kw.pop("case", None)
         splits = case.get("splits", 1)
         backend, plan, args, out = prepare(q, k, v, kw, splits, case.get("config"), case.get("kernel", "mma16"))
         splits = plan.num_splits

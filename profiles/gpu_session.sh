@@ -37,6 +37,9 @@ for step in "$@"; do
     nsys)        run nsys 200 python3 profiles/nsys_run.py --case decode --kernel auto --kv fp8 --out "$OUT/nsys" ;;
     ab_scale)    run ab_scale 420 python3 -m fa512 ab --sweeps scale --families gaussian,sink,retrieval --no-plots --out "$OUT/ab_scale" ;;
     mma16_full)  run mma16_full 580 $smoke --no-perf --out "$OUT/mma16_full" ;;
+    qkpromote)   run qkpromote 300 $smoke --fp8 --no-perf --case qkpromote_ --out "$OUT/qkpromote" ;;
+    retrieval)   run retrieval 400 $smoke --fp8 --no-perf --case retrieval --out "$OUT/retrieval" ;;
+    qregs)       run qregs 200 $smoke --no-perf --case qregs --out "$OUT/qregs" ;;
     ncu_deq_*)   # ncu --set full on the dequant control: ncu_deq_<decode|prefill>
       run "$step" 300 python3 profiles/nsys_run.py --case "${step#ncu_deq_}" --kernel mma16 --kv fp8 --ncu --out "$OUT/$step" ;;
     nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;

@@ -134,6 +134,18 @@ def test_fp8_mma_promotes_pv_where_the_registers_allow():
     assert not ok and "split" in why
     ok, why = Sm90FwdConfig(pv_promote=True).can_implement()
     assert not ok and "fp8_mma" in why
+    ok, why = Sm90FwdConfig(qk_promote=True).can_implement()
+    assert not ok and "fp8_mma" in why
+    assert "qkpromote" in cfg.with_(qk_promote=True).key()
+
+
+def test_q_reg_steps_only_on_the_dequant_path():
+    deq = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8)
+    assert deq.with_(q_reg_steps=8).can_implement()[0] and "qr8" in deq.with_(q_reg_steps=8).key()
+    for bad, word in ((deq.with_(q_reg_steps=17), "0..16"), (Sm90FwdConfig(q_reg_steps=8), "fp8_dequant"),
+                      (deq.with_(q_reg_steps=8, qk_mode="duplicate"), "fp8_dequant")):
+        ok, why = bad.can_implement()
+        assert not ok and word in why, why
     assert not default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64).pv_promote
 
 
@@ -224,6 +236,15 @@ COMPILE_CASES = [
     # the promoted P.V (fp8_mma's default without splits): four 64-column slices per block
     (FP8_MMA.with_split(False).with_(pv_promote=True, producer_regs=24, consumer_regs=240),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x64x32.F32.E4M3.E4M3/RS"}),
+    # the QK accumulation guard: each 16-key quarter of S in two zeroed k halves
+    (FP8_MMA.with_(mask="none", qk_promote=True, producer_regs=24, consumer_regs=240),
+     {"QGMMA.64x16x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
+    # the dequant control with the first 8 k-steps of Q in registers (RS QK)
+    (
+        Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
+                      kv_layout="paged", page_size=64, qhead_per_kvhead=8, descale=(True, True, True), q_reg_steps=8),
+        {"HGMMA.64x32x16.F32/SS", "HGMMA.64x32x16.F32/RS", "HGMMA.64x256x16.F32/RS"},
+    ),
 ]
 
 
@@ -243,8 +264,14 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
     assert set(rep.hgmma) == shapes
     # split_d: QK is K=256 per warpgroup -> 256/16 (16-bit) or 256/32 (e4m3) instructions per
     # copy, 2 copies (first block + loop)
-    qk = next(s for s in shapes if s.endswith("/SS"))
-    assert rep.hgmma[qk] == 2 * 256 // (32 if fp8 else 16)
+    # (x 4 quarters with qk_promote; q_reg_steps of the 16 from registers, RS)
+    qk_shapes = [s for s in shapes if s.endswith("/SS")]
+    if cfg.q_reg_steps:
+        qk_rs = f"HGMMA.64x{cfg.tile_n}x16.F32/RS"
+        assert rep.hgmma[qk_rs] == 2 * cfg.q_reg_steps
+        qk_shapes.append(qk_rs)
+    quarters = cfg.tile_n // 16 if cfg.qk_promote else 1
+    assert sum(rep.hgmma[s] for s in qk_shapes) == 2 * 256 // (32 if fp8 else 16) * quarters
     if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted)
         slices = 4 if cfg.pv_promote else 1
         assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == 2 * slices * cfg.tile_n // 32

@@ -246,6 +246,19 @@ def test_reduced_precision_accumulation_model():
     assert e_drift > 1.5 * e_prom
 
 
+def test_qk_promote_removes_most_of_the_qk_accumulation_error():
+    # The retrieval probe's needle logit sums large same-sign products: with one accumulation
+    # over a d half, FP8 wgmma's alignment to the growing accumulator truncates them; two zeroed
+    # k halves added in fp32 (the kernel's qk_promote) leave little of that error.
+    case = make_case("retrieval", heads="31B", mode="decode", batch=1, seqlen_k=1024, logit_std=2.0, seed=1)
+    plain = make_design("fa512_fp8", acc_bits=13, pv_promote=False)
+    guarded = dataclasses.replace(plain, qk_promote=True)
+    e_plain, e_guarded, e_exact = errors(case, [plain, guarded, make_design("fa512_fp8")])
+    assert e_exact < e_guarded < e_plain
+    assert e_guarded - e_exact < 0.4 * (e_plain - e_exact)
+    assert guarded.label.endswith("+qkpromote")
+
+
 # -- masking and scale folding -----------------------------------------------------------------
 
 

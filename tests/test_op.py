@@ -101,6 +101,17 @@ def test_decode_causal_runs_the_unmasked_sm90_variant():
     assert fa512.plan(q, k, v, **{**kw, "causal": True}, target="sm_90:132").config.mask == "causal"
 
 
+@pytest.mark.parametrize("seqlen_q, q_reg_steps", [(1, 8), (8, 8), (9, 0), (512, 0)])
+def test_dequant_control_holds_q_in_registers_for_single_tile_calls(seqlen_q, q_reg_steps):
+    """mma16 on fp8 KV: the decode variant (every sequence's G x queries rows fit one 64-row
+    tile) takes 8 of QK's 16 k-steps of Q from registers; longer queries keep Q in smem."""
+    q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
+                               seed=15)
+    p = fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16")
+    assert p.kernel == "mma16" and p.config.mma_path == "fp8_dequant"
+    assert p.config.q_reg_steps == q_reg_steps and (f"-qr{q_reg_steps}" in p.config.key()) == bool(q_reg_steps)
+
+
 def test_fp8_mma_guards_long_sequences_only():
     from cute_kernels.config import PV_PROMOTE_MIN_KEYS
 

@@ -94,6 +94,7 @@ class Mma16Backend(Backend):
             descale=tuple(mode != "none" for mode in problem.descale_modes),
             fp8_mma=self.fp8_mma,
             max_seqlen_k=problem.max_seqlen_k,
+            max_seqlen_q=problem.max_seqlen_q,
         )
 
     def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:

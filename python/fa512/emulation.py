@@ -90,6 +90,9 @@ class Design:
     pv_promote : accumulate each key block's PV into a zeroed temporary and add it into the
         fp32 O (True, the kernel's guard), or accumulate into O directly (False: shows the
         drift of reduced-precision accumulation at long context when ``acc_bits`` is set).
+    qk_promote : with ``acc_bits``, accumulate each half of a d slice's k-steps of QK^T from zero
+        and add the two in fp32 (the kernel's `Sm90FwdConfig.qk_promote`), instead of one
+        accumulation over the slice.
     q_scale_pow2 : with "row_e4m3", round the row scale up to a power of two (exact scaling,
         same e4m3 relative precision; see `quantize_q_rows`). fa512_fp8 does.
     q_groups : with "row_e4m3", scale groups per row (contiguous d slices); fa512_fp8 uses 2,
@@ -104,6 +107,7 @@ class Design:
     block_n: int = 64
     acc_bits: Optional[int] = None
     pv_promote: bool = True
+    qk_promote: bool = False
     q_scale_pow2: bool = False
     q_groups: int = 1
 
@@ -142,6 +146,7 @@ class Design:
             text += f"/bn{self.block_n}"
         if self.acc_bits is not None:
             text += f"/acc{self.acc_bits}" + ("" if self.pv_promote else "-nopromote")
+            text += "+qkpromote" if self.qk_promote else ""
         return text
 
 
@@ -348,15 +353,21 @@ def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo,
     return _finish(o, row_sum, m_final, v_scale, design)
 
 
-def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int) -> torch.Tensor:
+def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int, promote: bool = False) -> torch.Tensor:
     """S of fa512_fp8 with FP8 accumulation: one e4m3 product per d slice (a consumer
-    warpgroup's half), each scaled by its power-of-two row scale, summed in fp32."""
+    warpgroup's half), each scaled by its power-of-two row scale, summed in fp32. With
+    ``promote`` each slice's two k halves accumulate separately and are added in fp32 first."""
     q8, col_scale = q_groups
     d = q8.shape[-1]
     w = d // groups
+    parts = 2 if promote else 1
     s = None
     for g in range(groups):
-        part = gmma_fp8(q8[..., g * w : (g + 1) * w], k_blk[..., g * w : (g + 1) * w, :], None, acc_bits)
+        part = None
+        for h in range(parts):
+            lo, hi = g * w + h * w // parts, g * w + (h + 1) * w // parts
+            piece = gmma_fp8(q8[..., lo:hi], k_blk[..., lo:hi, :], None, acc_bits)
+            part = piece if part is None else part + piece
         part = part * col_scale[..., g * w : g * w + 1]
         s = part if s is None else s + part
     return s
@@ -384,7 +395,7 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         if not bool(visible.any()):
             continue  # the kernel skips blocks masked for every row; numerically a no-op
         if acc_bits is not None and q_groups is not None:
-            s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits)
+            s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits, design.qk_promote)
         else:
             s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, acc_bits)
         t = (s * scale_log2).masked_fill(~visible, -math.inf)
