@@ -20,6 +20,11 @@ CASES = {
     "blocks32_std1": dict(hq=8, hkv=1, q_lens=[64], k_lens=[2048], page_size=64, kv="fp8", logit_std=1.0),
     "v_ones": dict(hq=8, hkv=1, q_lens=[64], k_lens=[64], page_size=64, kv="fp8", v_const=1.0),
     "q_one_hot": dict(hq=8, hkv=1, q_lens=[64], k_lens=[64], page_size=64, kv="fp8", q_one_hot=True),
+    # V = identity on the first 64 d: out[:, :, key] is the kernel's e4m3 P(key), normalised
+    "p_eye": dict(hq=8, hkv=1, q_lens=[64], k_lens=[64], page_size=64, kv="fp8", v_eye=True),
+    "p_eye_std1": dict(hq=8, hkv=1, q_lens=[64], k_lens=[64], page_size=64, kv="fp8", v_eye=True, logit_std=1.0),
+    "f16_blocks32_std1": dict(hq=8, hkv=1, q_lens=[64], k_lens=[2048], page_size=64, kv="fp8", logit_std=1.0,
+                              dtype="f16"),
 }
 
 
@@ -28,6 +33,11 @@ def main(out_dir: str) -> None:
         q, k, v, kw = smoke.build(case)
         if case.get("v_const") is not None:
             v = torch.full_like(v.float(), case["v_const"]).to(v.dtype)
+        if case.get("v_eye"):
+            eye = torch.zeros(v.shape, device=v.device)
+            for key in range(64):
+                eye[:, key, :, key] = 1.0
+            v = eye.to(v.dtype)
         if case.get("q_one_hot"):  # S = K[:, d] for one d per row: QK accumulation of one product
             q = torch.zeros_like(q)
             for r in range(q.shape[0]):

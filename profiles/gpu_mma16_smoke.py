@@ -62,7 +62,6 @@ reference is fed the same (fp8) K/V values. Exit status 0 iff every case passed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -354,18 +353,17 @@ def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -
     """fp8_mma against the emulation of its numerics (<= TOL_EMU) and, reported, the reference.
 
     The emulation includes the fitted model of FP8 wgmma accumulation (`fa512.emulation.gmma_fp8`,
-    13 bits) and the guards of the variant that ran (``config``, its `Sm90FwdConfig`): P.V
+    13 bits) and the variant that ran (``config``, its `Sm90FwdConfig`): its key block size, P.V
     promoted per block into fp32 O or accumulated on the tensor core, QK^T's k halves
     accumulated apart or not. With ``made`` (an `fa512.inputs.Case`) it also reports the anchor
     design's emulation against the reference and the needle weights (retrieval probe).
     """
     import torch
 
-    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, make_design
+    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, fp8_mma_design, make_design
     from fa512.inputs import needle_weights
 
-    design = dataclasses.replace(make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=config.pv_promote),
-                                 qk_promote=config.qk_promote)
+    design = fp8_mma_design(config)
     emu_out, emu_lse = emulate_attention(q, k, v, **kw, design=design, num_splits=num_splits)
     ref = compare(q, k, v, kw, out, lse, tol=float("inf"), lse_tol=float("inf"))
     emu = compare(q, k, v, kw, out, lse, TOL_EMU, ref_out=emu_out.double(), ref_lse=emu_lse.double())
@@ -375,8 +373,11 @@ def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -
         from fa512.reference import attention_ref
 
         ref_out, _ = attention_ref(q, k, v, **kw)
-        anchor, _ = emulate_attention(q, k, v, **kw, design="anchor_fp8", out_dtype=torch.float32)
-        res["anchor_ref_rel_l2"] = ((anchor.double() - ref_out).norm() / ref_out.norm()).item()
+        for key, anchor_design in (("anchor_ref_rel_l2", make_design("anchor_fp8")),  # exact accumulation
+                                   ("anchor_h200_ref_rel_l2", make_design("anchor_fp8", acc_bits=GMMA_FP8_BITS,
+                                                                          pv_promote=False))):
+            anchor, _ = emulate_attention(q, k, v, **kw, design=anchor_design, out_dtype=torch.float32)
+            res[key] = ((anchor.double() - ref_out).norm() / ref_out.norm()).item()
         if made.needles:
             res["needle"] = needle_weights(made, out)[0]
             res["needle_ref"] = needle_weights(made, ref_out.float())[0]
@@ -700,8 +701,8 @@ def supervise(cases: list[dict], timeout: float, argv: list[str], log_dir: Path,
 
 def format_result(case: dict, r: dict) -> str:
     status = "PASS" if r.get("ok") else "FAIL"
-    keys = ("rel_l2", "lse_err", "ref_rel_l2", "ref_lse_err", "tflops", "gbps", "kv_gbps", "seconds", "splits",
-            "host_us_per_call", "wall_s")
+    keys = ("rel_l2", "lse_err", "ref_rel_l2", "ref_lse_err", "anchor_ref_rel_l2", "anchor_h200_ref_rel_l2", "needle",
+            "needle_ref", "tflops", "gbps", "kv_gbps", "seconds", "splits", "host_us_per_call", "wall_s")
     parts = [f"{k}={r[k]:.3g}" for k in keys if isinstance(r.get(k), (int, float))]
     if "error" in r:
         parts.append(r["error"])

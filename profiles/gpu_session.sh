@@ -40,6 +40,8 @@ for step in "$@"; do
     qkpromote)   run qkpromote 300 $smoke --fp8 --no-perf --case qkpromote_ --out "$OUT/qkpromote" ;;
     retrieval)   run retrieval 400 $smoke --fp8 --no-perf --case retrieval --out "$OUT/retrieval" ;;
     qregs)       run qregs 200 $smoke --no-perf --case qregs --out "$OUT/qregs" ;;
+    acc_probe)   mkdir -p "$OUT/acc_probe"; run acc_probe 120 python3 profiles/fp8_acc_probe.py "$OUT/acc_probe" ;;
+    ab_mask)     run ab_mask 400 python3 -m fa512 ab --sweeps mask --no-plots --out "$OUT/ab_mask" ;;
     ncu_deq_*)   # ncu --set full on the dequant control: ncu_deq_<decode|prefill>
       run "$step" 300 python3 profiles/nsys_run.py --case "${step#ncu_deq_}" --kernel mma16 --kv fp8 --ncu --out "$OUT/$step" ;;
     nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;

@@ -54,11 +54,21 @@ def test_to_e4m3_rounds_to_nearest_even_and_saturates():
 def test_gmma_fp8_aligns_each_k_step_to_its_largest_term():
     from fa512.emulation import gmma_fp8
 
-    # one k step: 1.0 + 2^-20 with 13 bits below the largest exponent (2^0) loses the 2^-20
-    a = torch.tensor([[1.0, 2.0**-10] + [0.0] * 30])
-    b = torch.tensor([[1.0], [2.0**-10]] + [[0.0]] * 30)
-    assert gmma_fp8(a, b, None, 13).item() == 1.0
-    assert gmma_fp8(a, b, None, 23).item() == 1.0 + 2.0**-20
+    def step(a_vals, b_vals, acc=None, bits=13):
+        a = torch.tensor([list(a_vals) + [0.0] * (32 - len(a_vals))])
+        b = torch.tensor([[x] for x in list(b_vals) + [0.0] * (32 - len(b_vals))])
+        return gmma_fp8(a, b, acc, bits).item()
+
+    # one k step: 1.0 + 2^-15 loses the 2^-15 (13 bits below 2^0); 23 bits keep it
+    assert step([1.0, 2.0**-9], [1.0, 2.0**-6]) == 1.0
+    assert step([1.0, 2.0**-9], [1.0, 2.0**-6], bits=23) == 1.0 + 2.0**-15
+    # alignment follows the operands' exponent sum, not the product's own exponent:
+    # 1.875^2 - 1.875 * 1.75 = 0.234375 has exponent sum 0 (ulp 2^-13, so the 2^-13 product
+    # stays); aligning to the product 3.5 (exponent 1) would drop it
+    assert step([1.875, -1.875, 2.0**-7], [1.875, 1.75, 2.0**-6]) == 0.234375 + 2.0**-13
+    # the sum keeps 13 mantissa bits, truncated: 2 + 2^-13 -> 2
+    assert step([1.0, 1.0, 2.0**-7], [1.0, 1.0, 2.0**-6]) == 2.0
+    assert step([-1.0, -1.0, -(2.0**-7)], [1.0, 1.0, 2.0**-6]) == -2.0
     # the accumulator takes part in the alignment: a big one swallows the step's small products
     big = torch.tensor([[2.0**14]])
     small = torch.tensor([[1.0] * 32])
@@ -350,3 +360,33 @@ def test_emulation_on_cuda_matches_cpu_with_or_without_tf32(design):
             assert torch.allclose(lb.cpu(), la, atol=1e-4)
     finally:
         torch.set_float32_matmul_precision(prev)
+
+
+def test_fp8_mma_design_follows_the_launched_variant():
+    from cute_kernels.config import PV_PROMOTE_MIN_KEYS, default_config
+    from fa512.emulation import GMMA_FP8_BITS, fp8_mma_design
+
+    cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                         fp8_mma=True, max_seqlen_k=PV_PROMOTE_MIN_KEYS)
+    d = fp8_mma_design(cfg)
+    assert (d.name, d.acc_bits, d.block_n, d.pv_promote, d.qk_promote) == ("fa512_fp8", GMMA_FP8_BITS, 64, True, False)
+    assert not fp8_mma_design(cfg.with_split(True)).pv_promote  # split partials accumulate on the tensor core
+    assert fp8_mma_design(cfg.with_(qk_promote=True)).qk_promote
+    assert fp8_mma_design(cfg.with_(tile_n=32, kv_stages=4, kv_layout="paged", page_size=32)).block_n == 32
+
+
+def test_gmma_fp8_reproduces_the_h200_bit_for_bit():
+    """Outputs of FP8 GEMMs run on an H200 (tests/data/README.md) against the model."""
+    import os
+
+    from fa512.emulation import GMMA_FP8_BITS, gmma_fp8
+
+    data = torch.load(os.path.join(os.path.dirname(__file__), "data", "h200_qgmma_probe.pt"))
+    assert len(data) == 4
+    for name, case in data.items():
+        a = case["a"].view(torch.float8_e4m3fn).float()
+        b = case["b"].view(torch.float8_e4m3fn).float()
+        model = gmma_fp8(a, b.t(), None, GMMA_FP8_BITS)
+        assert torch.equal(model, case["out"]), name
+        # exact accumulation does not: the data can tell the models apart
+        assert not torch.equal((a.double() @ b.double().t()).float(), case["out"]), name

@@ -145,7 +145,7 @@ def test_ab_quick_runs_on_cpu_and_writes_json(ab_quick, capsys):
             assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
     assert {os.path.basename(p) for p in report["plots"]} == {"ab_context.png", "ab_logit_scale.png", "ab_ratio.png"}
     sweeps = {r["sweep"] for r in report["cases"]}
-    assert sweeps == {"scale", "context", "coverage"}
+    assert sweeps == {"scale", "context", "coverage", "mask"}
     assert {r["family"] for r in report["cases"]} == {"gaussian", "gemma", "retrieval", "sink"}
     assert report["meta"]["time_s"] < 120
 
@@ -160,6 +160,7 @@ def test_ab_quick_rows_have_every_entry_and_finite_metrics(ab_quick):
     for (sweep, _), entries in by_case.items():
         assert entries >= {"reference", "cast:bf16", *ab.EMU_ENTRIES}
         assert (ab.EXACT_Q_ENTRY in entries) == (sweep == "scale")
+        assert (ab.ANCHOR_HW_ENTRY in entries) == (sweep == "scale")
     for r in rows:
         for key in ("rel_l2", "max_abs", "lse_err", "cos_min"):
             assert isinstance(r[key], float) and math.isfinite(r[key]), (r["entry"], key, r[key])
@@ -170,6 +171,19 @@ def test_ab_quick_rows_have_every_entry_and_finite_metrics(ab_quick):
         if "needle_found" in r:
             assert r["needle_found"] is True
     assert report["ratios"] and all(math.isfinite(x["ratio_to_dequant"]) for x in report["ratios"])
+
+
+def test_ab_mask_sweep_pairs_causal_and_non_causal_on_the_same_inputs(ab_quick):
+    _, report, _ = ab_quick
+    pairs = {}
+    for c in report["cases"]:
+        if c["sweep"] == "mask":
+            pairs.setdefault((c["family"], c["logit_std"], c["heads"], c["mode"], c["seed"]), []).append(c["causal"])
+    assert pairs and all(sorted(v) == [False, True] for v in pairs.values())
+    masks = report["masks"]
+    assert {m["entry"] for m in masks} >= {"cast:bf16", *ab.EMU_ENTRIES}
+    for m in masks:
+        assert m["ratio"] == m["non_causal"] / m["causal"] and 0.5 < m["ratio"] < 2.0
 
 
 def test_ab_quick_numbers_are_sane(ab_quick):
@@ -205,7 +219,7 @@ def test_ab_sweeps_option_keeps_only_those_cases(tmp_path):
 
 def test_ab_specs_cover_the_issue():
     quick = ab.build_specs(True, False, ("gaussian", "gemma", "retrieval", "sink"))
-    assert len(quick) <= 14
+    assert len(quick) <= 16
     full_gpu = ab.build_specs(False, True, ("gaussian", "gemma", "retrieval", "sink"))
     assert {s.heads for s in full_gpu} == set(GEMMA4_HEADS)
     assert {s.mode for s in full_gpu} >= {"prefill", "decode", "chunked"}
@@ -213,7 +227,11 @@ def test_ab_specs_cover_the_issue():
     assert {s.seqlen_k for s in full_gpu if s.sweep == "context"} >= {2048, 131072}
     masks = {(s.causal, s.window_left >= 0) for s in full_gpu}
     assert masks >= {(True, False), (True, True), (False, False)}
-    assert len({s.seed for s in full_gpu}) == len(full_gpu)  # fresh inputs per case
+    # fresh inputs per case, except that the mask sweep runs each input with and without the mask
+    others = [s for s in full_gpu if s.sweep != "mask"]
+    pairs = [s for s in full_gpu if s.sweep == "mask"]
+    assert len({s.seed for s in others}) == len(others)
+    assert len({s.seed for s in pairs}) == len(pairs) // 2 and not {s.seed for s in pairs} & {s.seed for s in others}
 
 
 def test_error_metrics():

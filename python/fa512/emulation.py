@@ -33,10 +33,10 @@ do. Masks, GQA, paging, descales and splits follow `fa512.reference` (its helper
 
 Not modelled unless asked: the reduced-precision accumulation of FP8 wgmma (``acc_bits``, see
 `gmma_fp8`: each k=32 step aligns its 32 products and the accumulator to the largest exponent
-among them and truncates toward zero ``acc_bits`` bits below it; 13 bits fits the H200 (the
-lse of fp8_mma on 2048 keys: max error 1.6e-5 vs 9.9e-5 for exact accumulation, 2026-11-29)).
-It matters more than its size suggests: an S that differs by 1e-4 flips the e4m3 rounding of
-some P, and each flip moves P by 12.5%. Also not modelled: the ex2.approx error (~2 ulp of
+among them, truncates them toward zero ``acc_bits`` bits below it, and truncates the sum to
+``acc_bits`` mantissa bits; with 13 bits this reproduces cuBLAS's FP8 GEMM on the H200 bit for
+bit, 2026-11-29). It matters more than its size suggests: an S that differs by 1e-4 flips the
+e4m3 rounding of some P, and each flip moves P by 12.5%. Also not modelled: the ex2.approx error (~2 ulp of
 fp32) and the fp32 summation order of 16-bit MMAs (1e-6 level).
 """
 
@@ -60,12 +60,14 @@ E4M3_MAX = 448.0
 P_OFFSET_LOG2 = 8.0
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
-# The acc_bits model of FP8 wgmma accumulation aligns and truncates products in groups of this
-# many k (the instruction's k=32; 16 fitted the H200's lse slightly better, 4.9e-6 vs 8.5e-6
-# mean, but its outputs worse, 4.3e-3 vs 2.3e-3 rel L2, 2026-11-29).
+# The acc_bits model of FP8 wgmma accumulation works in steps of this many k (the instruction's
+# k=32: the whole step is aligned at once; groups of 16 do not match the H200).
 GMMA_FP8_GROUP = 32
-# Bits the acc_bits model keeps below the largest exponent of a group (fitted on the H200).
+# Bits below the largest exponent of a step that FP8 wgmma keeps, and the accumulator's mantissa
+# bits (e8m13): with 13 the model matches the H200 bit for bit (profiles/fp8_acc_probe.py).
 GMMA_FP8_BITS = 13
+SPLIT_BLOCK_N = 64  # split-KV ranges are whole 64-key blocks in every kernel (cute_kernels.config.SPLIT_BLOCK)
+E4M3_MIN_EXP = -6  # exponent of e4m3's smallest normal; subnormals share it
 # Elements of one fp32 working tensor (logits, P, Q or O) per row chunk: 2^23 -> 32 MB.
 _CHUNK_ELEMS = 1 << 23
 
@@ -86,7 +88,8 @@ class Design:
     two_term_q : Q ~ Q_hi + Q_lo, both e4m3 with the row scale (only with "row_e4m3").
     block_n : keys per block of the online softmax (the kernel's tile_n).
     acc_bits : None for exact fp32 accumulation, or the bits FP8 wgmma keeps below the largest
-        exponent of each k=32 step (`gmma_fp8`; 13 fits the H200, DeepSeek-V3 reports ~14).
+        exponent of each k=32 step and in its accumulator's mantissa (`gmma_fp8`; 13 is the
+        H200, bit for bit; DeepSeek-V3 reports ~14).
     pv_promote : accumulate each key block's PV into a zeroed temporary and add it into the
         fp32 O (True, the kernel's guard), or accumulate into O directly (False: shows the
         drift of reduced-precision accumulation at long context when ``acc_bits`` is set).
@@ -270,28 +273,57 @@ def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch
     return p.to(mma16_dtype).float()
 
 
+def fp8_mma_design(variant) -> Design:
+    """The exact numerics of one launched fp8_mma variant (an `Sm90FwdConfig` after
+    ``with_split``): fa512_fp8 with its key block, the H200's FP8 wgmma accumulation
+    (`gmma_fp8`, `GMMA_FP8_BITS`) and the variant's guards (``pv_promote``, ``qk_promote``)."""
+    base = make_design("fa512_fp8", block_n=variant.tile_n, acc_bits=GMMA_FP8_BITS, pv_promote=variant.pv_promote)
+    return dataclasses.replace(base, qk_promote=variant.qk_promote)
+
+
+def _e4m3_exponent(x: torch.Tensor) -> torch.Tensor:
+    """Exponent field of e4m3 values (subnormals: E4M3_MIN_EXP); zeros get -1e4 (never the max)."""
+    e = torch.floor(torch.log2(x.abs().clamp_min(2.0**-60))).clamp_min(E4M3_MIN_EXP)
+    return torch.where(x == 0, torch.full_like(e, -1e4), e)
+
+
+def _truncate_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """x rounded toward zero to ``bits`` explicit mantissa bits (float64 in, float64 out)."""
+    ulp = torch.exp2(torch.floor(torch.log2(x.abs().clamp_min(1e-300))) - bits)
+    return torch.where(x == 0, x, torch.trunc(x / ulp) * ulp)
+
+
 def gmma_fp8(a: torch.Tensor, b: torch.Tensor, acc: Optional[torch.Tensor], bits: int) -> torch.Tensor:
     """acc + a @ b (fp32 result) as an FP8 wgmma accumulates it.
 
-    Per k=32 step, the 32 exact products of each output element and the accumulator are
-    aligned to the largest exponent among them, truncated toward zero ``bits`` bits below it,
-    summed exactly and rounded to fp32. Fitted on the H200 (`GMMA_FP8_BITS` = 13) against the
-    fp8_mma kernel; a, b hold e4m3 (or e4m3 x power-of-two) values, exact in float64.
+    a, b hold e4m3 values (exact in float64). Per k=32 step the hardware
 
-    A model, not the hardware's specification: on 64 rows x 2048 keys it brings the kernel's
-    lse to 1.6e-5 of it (9.9e-5 with exact accumulation) and its output to 2.3e-3 rel L2
-    (6.1e-3). What remains is P rounding: an S that differs by ~1e-5 still flips the e4m3
-    rounding of a few P, each flip moving that P by 12.5%.
+    1. takes the largest exponent E among the step's products, each product's exponent being
+       the *sum of its operands' exponent fields* (not the product's own exponent, which can be
+       one more), and the accumulator's exponent;
+    2. truncates every product and the accumulator toward zero to a multiple of 2^(E - bits);
+    3. adds them exactly and truncates the sum toward zero to ``bits`` mantissa bits (so the
+       fp32 accumulator's low 23 - bits bits stay zero).
+
+    With bits = `GMMA_FP8_BITS` = 13 this matches every output of cuBLAS's FP8 GEMM (fast
+    accumulation) on the H200 for K = 32 .. 256 and operand exponents spread over +-5
+    (`profiles/fp8_acc_probe.py`, 2026-11-29: 9216 of 9216 values bit-exact per case). The
+    earlier fit (alignment to the products' own exponents, sums rounded to nearest fp32)
+    matched 63% of them.
     """
     a64, b64 = a.double(), b.double()
+    ea, eb = _e4m3_exponent(a64), _e4m3_exponent(b64)
     out = torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.float64, device=a.device) if acc is None else acc.double()
     step = GMMA_FP8_GROUP
     for k0 in range(0, a.shape[-1], step):
-        prods = a64[..., :, k0 : k0 + step, None] * b64[..., None, k0 : k0 + step, :]  # (.., M, step, N)
-        terms = torch.cat([prods, out.unsqueeze(-2)], dim=-2)
-        top = terms.abs().amax(dim=-2, keepdim=True)
-        ulp = torch.exp2(torch.floor(torch.log2(top.clamp_min(1e-300))) - bits)
-        out = (torch.trunc(terms / ulp) * ulp).sum(dim=-2).float().double()
+        ks = slice(k0, k0 + step)
+        prods = a64[..., :, ks, None] * b64[..., None, ks, :]  # (.., M, step, N)
+        top = (ea[..., :, ks, None] + eb[..., None, ks, :]).amax(dim=-2)
+        acc_exp = torch.where(out == 0, torch.full_like(out, -1e4), torch.floor(torch.log2(out.abs().clamp_min(1e-300))))
+        # (a step of zeros on a zero accumulator: the clamp keeps the ulp a normal float64)
+        ulp = torch.exp2(torch.maximum(top, acc_exp).clamp_min(-1000.0) - bits)
+        total = (torch.trunc(prods / ulp.unsqueeze(-2)) * ulp.unsqueeze(-2)).sum(dim=-2) + torch.trunc(out / ulp) * ulp
+        out = _truncate_mantissa(total, bits)
     return out.float()
 
 
@@ -403,7 +435,11 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         # A row with no visible key so far uses offset 0 (no -inf - -inf = NaN).
         m_safe = torch.where(m_new == -math.inf, torch.zeros_like(m_new), m_new)
         alpha = torch.exp2(m - m_safe)
-        p = torch.exp2(t - m_safe + design.p_offset)
+        # The kernel's exp2 argument is one FFMA, s * scale - (max * scale - offset), rounded
+        # once; an S that is bit-exact still flips some e4m3 P when this rounds twice.
+        offset = m_safe - design.p_offset
+        arg = (s.double() * scale_log2.double() - offset.double()).float().masked_fill(~visible, -math.inf)
+        p = torch.exp2(arg)
         row_sum = row_sum * alpha + p.sum(dim=-1, keepdim=True)
         p_op = _round_p(p, design, mma16_dtype)
         if acc_bits is not None and not design.pv_promote:
@@ -444,8 +480,8 @@ def emulate_forward(
     ----------
     problem, args : from `fa512.validate.validate`.
     design : a name in `DESIGN_NAMES` or a `Design`.
-    num_splits : split-KV pieces (`split_key_ranges` over ``design.block_n``), each emulated
-        alone and merged in fp32 as the combine kernel does.
+    num_splits : split-KV pieces (`split_key_ranges` over 64-key blocks, as the kernels cut them
+        whatever their tile), each emulated alone and merged in fp32 as the combine kernel does.
     out_dtype : dtype of the returned out; default q's dtype (what the kernel writes). Pass
         torch.float32 to see the design's error without the final cast.
 
@@ -492,7 +528,7 @@ def emulate_forward(
         # softmax_scale * q_descale * k_descale * log2(e), one fp32 value per kv head.
         head_scale = (problem.softmax_scale * LOG2E * qd[b] * kd[b]).view(hkv, 1, 1)
         v_scale = vd[b].view(hkv, 1, 1)
-        ranges = split_key_ranges(seqlen_k, num_splits, design.block_n)
+        ranges = split_key_ranges(seqlen_k, num_splits, SPLIT_BLOCK_N)
         # Rows per chunk: bound the (rows x keys) logits and the (rows x D) Q/O working sets.
         chunk = max(1, min(_CHUNK_ELEMS // (hq * max(seqlen_k, 1)), _CHUNK_ELEMS // (hq * d)))
         for i0 in range(0, seqlen_q, chunk):
@@ -592,6 +628,7 @@ __all__ = [
     "emulate_forward",
     "gmma_fp8",
     "GMMA_FP8_BITS",
+    "fp8_mma_design",
     "make_design",
     "pow2_scale_exponent",
     "quantize_q_rows",

@@ -38,6 +38,9 @@ import torch
 
 EMU_ENTRIES = ("emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8")
 EXACT_Q_ENTRY = "emu:fa512_fp8[exactQ]"
+# the anchor design on the same tensor cores: FP8 wgmma accumulation (exact H200 model), P.V
+# accumulated on the tensor core across blocks as its kernel does
+ANCHOR_HW_ENTRY = "emu:anchor_fp8@h200"
 # (label, kernel name, kv dtype name, matching emulation entry or None)
 KERNEL_VARIANTS = (
     ("fp8_mma", "fp8_mma", "fp8", "emu:fa512_fp8"),
@@ -54,7 +57,7 @@ DEQUANT_KERNEL = "mma16[fp8kv]"
 class CaseSpec:
     """One A/B case: which sweep it belongs to and the arguments of `fa512.inputs.make_case`."""
 
-    sweep: str  # "scale" | "context" | "coverage"
+    sweep: str  # "scale" | "context" | "coverage" | "mask"
     family: str
     heads: str
     mode: str
@@ -132,6 +135,17 @@ def build_specs(quick: bool, gpu: bool, families, seed: int = 0) -> list:
     for shape in coverage:
         specs.append(CaseSpec("coverage", "gemma", seed=n, **shape))
         n += 1
+    # causal vs non-causal on the same inputs (same seed): does dropping the mask cost accuracy?
+    mask_shapes = ([dict(heads="E2B", mode="prefill", batch=1, seqlen_k=512)] if quick or not gpu else
+                   [dict(heads="31B", mode="prefill", batch=1, seqlen_k=2048),
+                    dict(heads="26B-A4B", mode="chunked", batch=2, seqlen_k=4096, q_len=256)])
+    mask_families = (("gaussian", 3.0),) if quick else (("gaussian", 1.0), ("gaussian", 3.0), ("gaussian", 10.0),
+                                                        ("gemma", 4.0))
+    for shape in mask_shapes:
+        for family, std in mask_families:
+            for causal in (True, False):
+                specs.append(CaseSpec("mask", family, logit_std=std, seed=n, **shape, causal=causal))
+            n += 1
     return specs
 
 
@@ -176,7 +190,7 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor, rows: int) -> float:
 def _emulation_designs(sweep: str):
     import dataclasses
 
-    from ..emulation import make_design
+    from ..emulation import GMMA_FP8_BITS, make_design
 
     designs = {
         "emu:dequant": make_design("dequant"),
@@ -186,6 +200,7 @@ def _emulation_designs(sweep: str):
     }
     if sweep == "scale":
         designs[EXACT_Q_ENTRY] = dataclasses.replace(make_design("fa512_fp8"), q_mode="exact")
+        designs[ANCHOR_HW_ENTRY] = make_design("anchor_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=False)
     return designs
 
 
@@ -209,7 +224,7 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
     """All entries of one case: list of row dicts (metrics + case description)."""
     import fa512
     from .. import op
-    from ..emulation import emulate_attention
+    from ..emulation import emulate_attention, fp8_mma_design
     from ..inputs import needle_weights
     from ..reference import attention_ref
 
@@ -272,6 +287,13 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
             continue
         seconds = time.perf_counter() - t0
         extra = {"ran": op.last_launch.get("kernel"), "num_splits": op.last_launch.get("num_splits")}
+        variant = op.last_launch.get("config")
+        if kernel == "fp8_mma" and variant is not None:
+            # distance from the exact numerics of the variant that ran (H200 FP8 accumulation)
+            splits = extra["num_splits"] or 1
+            hw, _ = emulate_attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), num_splits=splits,
+                                      design=fp8_mma_design(variant.with_split(splits > 1)))
+            extra["vs_hw"] = rel_l2(out, hw, rows_n)
         if emu_entry is not None:
             if emu_entry not in emu_outs:
                 emu_outs[emu_entry], _ = emulate_attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), design="dequant")
@@ -332,6 +354,8 @@ def format_table(rows: list, header: str) -> str:
         note = ""
         if "needle_w" in r:
             note = f"needle {r['needle_w']:.3f} (ref {r['needle_w_ref']:.3f}) {'found' if r['needle_found'] else 'LOST'}"
+        if "vs_hw" in r:
+            note = f"vs_hw {r['vs_hw']:.1e} " + note
         if r.get("nonfinite"):
             note += f" NONFINITE={r['nonfinite']}"
         if r.get("lse_inf_mismatch"):
@@ -355,8 +379,23 @@ def summarize_ratios(rows: list) -> list:
     return out
 
 
+def summarize_masks(rows: list) -> list:
+    """Mask sweep: per entry and input, the rel L2 with the causal mask, without it, and their ratio."""
+    by_key = {}
+    for r in rows:
+        if r["sweep"] == "mask" and r["kind"] not in ("reference", "error"):
+            key = (r["entry"], r["family"], r["logit_std"], r["heads"], r["mode"], r["seqlen_k"])
+            by_key.setdefault(key, {})[r["mask"]] = r["rel_l2"]
+    out = []
+    for (entry, family, std, heads, mode, keys), errs in by_key.items():
+        if "causal" in errs and "full" in errs:
+            out.append(dict(entry=entry, family=family, logit_std=std, heads=heads, mode=mode, seqlen_k=keys,
+                            causal=errs["causal"], non_causal=errs["full"], ratio=errs["full"] / errs["causal"]))
+    return out
+
+
 _PLOT_ORDER = (
-    "cast:bf16", "emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8", EXACT_Q_ENTRY,
+    "cast:bf16", "emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8", EXACT_Q_ENTRY, ANCHOR_HW_ENTRY,
     *(v[0] for v in KERNEL_VARIANTS), "cast:fp16",
 )
 
@@ -490,8 +529,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="base seed; case i uses seed + i (default 0)")
     parser.add_argument("--families", default=",".join(FAMILIES), help=f"input families of the logit-scale sweep (default {','.join(FAMILIES)}); "
                         "the context and coverage sweeps always use gemma-like inputs")
-    parser.add_argument("--sweeps", default="scale,context,coverage",
-                        help="comma list of sweeps to run: scale, context, coverage (default all three)")
+    parser.add_argument("--sweeps", default="scale,context,coverage,mask",
+                        help="comma list of sweeps to run: scale, context, coverage, mask (causal vs non-causal on "
+                             "the same inputs) (default all four)")
     parser.add_argument("--kernels", default=",".join(v[0] for v in KERNEL_VARIANTS),
                         help="comma list of kernel variants to try on a GPU (default all)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
@@ -511,8 +551,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"fa512 ab: --families: got {bad}, expected names from {', '.join(FAMILIES)}", file=sys.stderr)
         return 2
     sweeps = {w for w in args.sweeps.split(",") if w}
-    if not sweeps or sweeps - {"scale", "context", "coverage"}:
-        print(f"fa512 ab: --sweeps: got {sorted(sweeps)}, expected names from scale, context, coverage", file=sys.stderr)
+    if not sweeps or sweeps - {"scale", "context", "coverage", "mask"}:
+        print(f"fa512 ab: --sweeps: got {sorted(sweeps)}, expected names from scale, context, coverage, mask",
+              file=sys.stderr)
         return 2
     wanted = [k for k in args.kernels.split(",") if k]
     known = [v[0] for v in KERNEL_VARIANTS]
@@ -553,11 +594,19 @@ def main(args: argparse.Namespace) -> int:
         "   rel_l2, max_abs: out (in q's dtype) vs float64 reference | fp32_out: an emulation's rel_l2 before that "
         "cast | lse_err: max |lse - lse_ref| | cos_min: worst row cosine\n"
         "   x_dq: rel_l2 / the dequant control's (mma16[fp8kv] for kernels) | x_dq32: same on fp32_out | "
-        "vs_emu: a kernel's rel L2 to the emulation of its design"
+        "vs_emu: a kernel's rel L2 to the emulation of its design | note vs_hw (fp8_mma): to the exact "
+        "numerics of the variant that ran, FP8 wgmma accumulation included"
     )
     table = format_table(rows, "\n".join(header))
     print(table)
     ratios = summarize_ratios(rows)
+    masks = summarize_masks(rows)
+    if masks:
+        print("\n-- mask sweep: rel_l2 without the causal mask / with it (same inputs)")
+        for m in masks:
+            print(f"   {m['entry']:24s} {m['family']:9s} std={m['logit_std']:<5g} {m['heads']:8s} {m['mode']:8s} "
+                  f"k={m['seqlen_k']:<6d} causal {m['causal']:.2e}  non-causal {m['non_causal']:.2e}  "
+                  f"ratio {m['ratio']:.2f}")
 
     plots = [] if args.no_plots else make_plots(rows, args.out)
     import fa512
@@ -585,6 +634,7 @@ def main(args: argparse.Namespace) -> int:
         "cases": [asdict(s) for s in specs],
         "rows": rows,
         "ratios": ratios,
+        "masks": masks,
         "plots": plots,
     }
     json_path = args.json or os.path.join(args.out, "ab.json")
