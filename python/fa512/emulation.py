@@ -281,15 +281,26 @@ def fp8_mma_design(variant) -> Design:
     return dataclasses.replace(base, qk_promote=variant.qk_promote)
 
 
+def _exponent(x: torch.Tensor) -> torch.Tensor:
+    """floor(log2|x|) of float64 x, exactly (frexp; log2 on a GPU may return k - 1 ulp for 2^k),
+    as float64; -1e4 for zeros (never the largest)."""
+    _, e = torch.frexp(x)
+    return torch.where(x == 0, torch.full_like(x, -1e4), (e - 1).to(x.dtype))
+
+
+def _pow2(e: torch.Tensor) -> torch.Tensor:
+    """2^e for integer-valued float64 e in [-1022, 1023], built from its bits (exact anywhere)."""
+    return ((e.long() + 1023) << 52).view(torch.float64)
+
+
 def _e4m3_exponent(x: torch.Tensor) -> torch.Tensor:
     """Exponent field of e4m3 values (subnormals: E4M3_MIN_EXP); zeros get -1e4 (never the max)."""
-    e = torch.floor(torch.log2(x.abs().clamp_min(2.0**-60))).clamp_min(E4M3_MIN_EXP)
-    return torch.where(x == 0, torch.full_like(e, -1e4), e)
+    return torch.where(x == 0, torch.full_like(x, -1e4), _exponent(x).clamp_min(E4M3_MIN_EXP))
 
 
 def _truncate_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     """x rounded toward zero to ``bits`` explicit mantissa bits (float64 in, float64 out)."""
-    ulp = torch.exp2(torch.floor(torch.log2(x.abs().clamp_min(1e-300))) - bits)
+    ulp = _pow2((_exponent(x) - bits).clamp_min(-1022.0))
     return torch.where(x == 0, x, torch.trunc(x / ulp) * ulp)
 
 
@@ -319,9 +330,8 @@ def gmma_fp8(a: torch.Tensor, b: torch.Tensor, acc: Optional[torch.Tensor], bits
         ks = slice(k0, k0 + step)
         prods = a64[..., :, ks, None] * b64[..., None, ks, :]  # (.., M, step, N)
         top = (ea[..., :, ks, None] + eb[..., None, ks, :]).amax(dim=-2)
-        acc_exp = torch.where(out == 0, torch.full_like(out, -1e4), torch.floor(torch.log2(out.abs().clamp_min(1e-300))))
         # (a step of zeros on a zero accumulator: the clamp keeps the ulp a normal float64)
-        ulp = torch.exp2(torch.maximum(top, acc_exp).clamp_min(-1000.0) - bits)
+        ulp = _pow2(torch.maximum(top, _exponent(out)).clamp_min(-1000.0) - bits)
         total = (torch.trunc(prods / ulp.unsqueeze(-2)) * ulp.unsqueeze(-2)).sum(dim=-2) + torch.trunc(out / ulp) * ulp
         out = _truncate_mantissa(total, bits)
     return out.float()
