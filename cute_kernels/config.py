@@ -124,11 +124,11 @@ class Sm90FwdConfig:
         keeps only ~13 bits below the largest term of each k=32 step, so a long O accumulation
         drifts (docs/sm90_kernel.md, "FP8 numerics"). Needs the 24 / 240 register split.
     qk_promote : bool
-        fp8_mma only: the QK product of each d half runs its k-steps as two halves into two
-        zeroed fp32 accumulators that are added in fp32, so FP8 wgmma's reduced-precision
-        accumulation spans 4 k=32 steps instead of 8 (the retrieval probe's error falls to that of
-        exact accumulation in the emulation, `fa512.emulation.Design.qk_promote`). 32 registers
-        per consumer thread while the QK runs.
+        fp8_mma only: the QK product of each d half runs its k-steps as two halves, each
+        accumulated from zero and added in fp32, so FP8 wgmma's reduced-precision accumulation
+        spans 4 k=32 steps instead of 8 (`fa512.emulation.Design.qk_promote`). S is computed 16
+        keys at a time with an 8-register temporary; needs the 24 / 240 register split. Opt-in:
+        about a third less error on the retrieval probe for ~22% of prefill speed (H200).
     q_reg_steps : int
         fp8_dequant only: how many of the QK product's 16 k-steps (m64 x tile_n x k16, this
         warpgroup's d half) take Q from registers (RS wgmma) instead of shared memory. Q is

@@ -46,7 +46,7 @@ BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arr
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
 
 
-QKP_COLS = 16  # keys per qk_promote round
+QKP_COLS = 16  # keys of S per qk_promote round (32 spilled, see `_qk_promote_parts`)
 
 
 class FlashFwdSm90:
@@ -172,18 +172,17 @@ class FlashFwdSm90:
     def _tiled_mmas(self):
         """QK^T from smem (both K-major) and P.V with P in registers. V is the B operand as
         loaded (MN-major) for 16-bit MMA; FP8 wgmma takes only K-major B, hence V^T in smem."""
-        k_major = cute.nvgpu.OperandMajorMode.K
-        v_major = k_major if self.fp8_mma else cute.nvgpu.OperandMajorMode.MN
-        tiled_mma_qk = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, k_major, k_major, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.tile_n),
+        v_major = cute.nvgpu.OperandMajorMode.K if self.fp8_mma else cute.nvgpu.OperandMajorMode.MN
+        return self._warpgroup_mma(self.tile_n), self._warpgroup_mma(self.half_d, a_in_regs=True, b_major=v_major)
+
+    def _warpgroup_mma(self, n: int, a_in_regs: bool = False, b_major=cute.nvgpu.OperandMajorMode.K):
+        """One warpgroup's (tile_m x n) MMA with fp32 accumulators: K-major A from smem or from
+        registers, B from smem (K-major unless ``b_major``)."""
+        return sm90_utils.make_trivial_tiled_mma(
+            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, b_major, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, n),
+            a_source=warpgroup.OperandSource.RMEM if a_in_regs else warpgroup.OperandSource.SMEM,
         )
-        tiled_mma_pv = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, k_major, v_major, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.half_d),
-            a_source=warpgroup.OperandSource.RMEM,
-        )
-        return tiled_mma_qk, tiled_mma_pv
 
     def _packed_rows_view(self, t: cute.Tensor) -> cute.Tensor:
         """(total_q, Hq, d, *rest) -> ((G, total_q), d, Hq/G, *rest).
@@ -861,16 +860,15 @@ class FlashFwdSm90:
         warpgroup.commit_group()
 
     # -- fp8_mma qk_promote: each k half of QK^T accumulated from zero, added in fp32 ------------
-    # A second 64 x 64 accumulator spilled (91-117 STL/LDL at 232 and 240 registers), so S is
-    # computed one 32-key half at a time: k half 0 into S's own registers, k half 1 into a
-    # 16-register temporary, then S_half += T. In the accumulator fragment, registers 16h ..
-    # 16h+15 are columns 32h .. 32h+31 (wgmma's C layout runs over 8-column groups).
+    # A second 64 x 64 accumulator spilled (91-117 STL/LDL at 232 and 240 registers), and so did
+    # a 32-key temporary (13 at 240), so S is computed QKP_COLS keys at a time: k half 0 into S's
+    # own registers, k half 1 into an 8-register temporary T, then S_part += T. In the
+    # accumulator fragment, registers 8h .. 8h+7 are columns 16h .. 16h+15 (wgmma's C layout
+    # runs over 8-column groups).
 
     def _qk_promote_parts(self, sQ_w, sK_w, tidx_wg):
-        tiled = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, QKP_COLS),
-        )
+        """(QKP_COLS-key QK MMA, its Q fragments, K fragments per key part, the temporary)."""
+        tiled = self._warpgroup_mma(QKP_COLS)
         thr = tiled.get_slice(tidx_wg)
         tq = thr.make_fragment_A(thr.partition_A(sQ_w))
         tk = [thr.make_fragment_B(thr.partition_B(cute.local_tile(sK_w, (QKP_COLS, self.qk_k), (h, 0, None))))
@@ -885,26 +883,23 @@ class FlashFwdSm90:
         tiled, tq, tk, temp = qkp
         steps = cute.size(tq.shape[2])
         for h in cutlass.range_constexpr(self.tile_n // QKP_COLS):
-            s_half = cute.make_tensor(acc_S.iterator + cute.size(temp) * h, temp.layout)
+            s_part = cute.make_tensor(acc_S.iterator + cute.size(temp) * h, temp.layout)
             tB = tk[h][None, None, None, k_idx]
             atom = cute.make_mma_atom(tiled.op)
             warpgroup.fence()
             for k in cutlass.range_constexpr(steps):
                 atom.set(warpgroup.Field.ACCUMULATE, k % (steps // 2) != 0)
-                dst = s_half if k < steps // 2 else temp
+                dst = s_part if k < steps // 2 else temp
                 cute.gemm(atom, dst, tq[None, None, k], tB[None, None, k], dst)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
             for i in cutlass.range_constexpr(cute.size(temp)):
-                s_half[i] = s_half[i] + temp[i]
+                s_part[i] = s_part[i] + temp[i]
 
     def _q_reg_parts(self, sQ_w, tidx_wg):
         """(RS QK MMA, registers for Q[:, first q_reg_steps x 16 columns of this d half] as its
         A fragments, the thread's elements of them in the f16 Q tile)."""
-        tiled = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, self.tile_n), a_source=warpgroup.OperandSource.RMEM,
-        )
+        tiled = self._warpgroup_mma(self.tile_n, a_in_regs=True)
         thr = tiled.get_slice(tidx_wg)
         sQ_r = cute.local_tile(sQ_w, (self.tile_m, 16 * self.q_reg_steps), (0, 0))
         tSsQ = thr.partition_A(sQ_r)
@@ -929,10 +924,7 @@ class FlashFwdSm90:
     def _promote_parts(self, sVt_w, tidx_wg, tOrP):
         """(slice MMA, V^T fragment per slice, the temporary, P of the next block, the O rescale
         factor of the block being added), as a `PromoteParts`."""
-        tiled = sm90_utils.make_trivial_tiled_mma(
-            self.dtype, self.dtype, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(self.tile_m, 64), a_source=warpgroup.OperandSource.RMEM,
-        )
+        tiled = self._warpgroup_mma(64, a_in_regs=True)
         thr = tiled.get_slice(tidx_wg)
         vt = [thr.make_fragment_B(thr.partition_B(cute.local_tile(sVt_w, (64, self.tile_n), (j, 0, None))))
               for j in range(self.half_d // 64)]

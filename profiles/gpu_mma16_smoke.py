@@ -352,30 +352,27 @@ def tolerance(case: dict) -> float:
 def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -> dict:
     """fp8_mma against the emulation of its numerics (<= TOL_EMU) and, reported, the reference.
 
-    The emulation includes the fitted model of FP8 wgmma accumulation (`fa512.emulation.gmma_fp8`,
-    13 bits) and the variant that ran (``config``, its `Sm90FwdConfig`): its key block size, P.V
-    promoted per block into fp32 O or accumulated on the tensor core, QK^T's k halves
-    accumulated apart or not. With ``made`` (an `fa512.inputs.Case`) it also reports the anchor
-    design's emulation against the reference and the needle weights (retrieval probe).
+    The emulation is that of the variant that ran (``config``, its `Sm90FwdConfig`:
+    `fa512.emulation.fp8_mma_design`): its key block, its guards and FP8 wgmma's accumulation as
+    the H200 does it. With ``made`` (an `fa512.inputs.Case`) it also reports the anchor design's
+    emulation against the reference, with exact and with H200 accumulation, and the needle weights
+    (retrieval probe).
     """
     import torch
 
-    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, fp8_mma_design, make_design
+    from fa512.emulation import anchor_on_h200_design, emulate_attention, fp8_mma_design, make_design
     from fa512.inputs import needle_weights
+    from fa512.reference import attention_ref
 
-    design = fp8_mma_design(config)
-    emu_out, emu_lse = emulate_attention(q, k, v, **kw, design=design, num_splits=num_splits)
-    ref = compare(q, k, v, kw, out, lse, tol=float("inf"), lse_tol=float("inf"))
+    emu_out, emu_lse = emulate_attention(q, k, v, **kw, design=fp8_mma_design(config), num_splits=num_splits)
+    ref_out, ref_lse = attention_ref(q, k, v, **kw)
+    ref = compare(q, k, v, kw, out, lse, tol=float("inf"), lse_tol=float("inf"), ref_out=ref_out, ref_lse=ref_lse)
     emu = compare(q, k, v, kw, out, lse, TOL_EMU, ref_out=emu_out.double(), ref_lse=emu_lse.double())
     res = dict(ok=emu["ok"], rel_l2=emu["rel_l2"], lse_err=emu["lse_err"], ref_rel_l2=ref["rel_l2"],
                ref_lse_err=ref["lse_err"], empty_rows_ok=emu["empty_rows_ok"], finite=emu["finite"])
     if made is not None:
-        from fa512.reference import attention_ref
-
-        ref_out, _ = attention_ref(q, k, v, **kw)
         for key, anchor_design in (("anchor_ref_rel_l2", make_design("anchor_fp8")),  # exact accumulation
-                                   ("anchor_h200_ref_rel_l2", make_design("anchor_fp8", acc_bits=GMMA_FP8_BITS,
-                                                                          pv_promote=False))):
+                                   ("anchor_h200_ref_rel_l2", anchor_on_h200_design())):
             anchor, _ = emulate_attention(q, k, v, **kw, design=anchor_design, out_dtype=torch.float32)
             res[key] = ((anchor.double() - ref_out).norm() / ref_out.norm()).item()
         if made.needles:
@@ -569,7 +566,7 @@ def run_case(case: dict) -> dict:
         return dict(ok=True, gbps=2 * src.numel() / t / 1e9, seconds=t)
     if kind == "perf":
         q, k, v, kw = build(case)
-        made = kw.pop("case", None)
+        kw.pop("case", None)
         splits = case.get("splits", 1)
         backend, plan, args, out = prepare(q, k, v, kw, splits, case.get("config"), case.get("kernel", "mma16"))
         splits = plan.num_splits

@@ -281,6 +281,13 @@ def fp8_mma_design(variant) -> Design:
     return dataclasses.replace(base, qk_promote=variant.qk_promote)
 
 
+def anchor_on_h200_design() -> Design:
+    """The anchor design (vLLM fork's FP8: per-tensor Q scale, P without offset) on the same
+    tensor cores: FP8 wgmma accumulation (`gmma_fp8`), O accumulated across blocks on the
+    tensor core as its kernel does."""
+    return make_design("anchor_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=False)
+
+
 def _exponent(x: torch.Tensor) -> torch.Tensor:
     """floor(log2|x|) of float64 x, exactly (frexp; log2 on a GPU may return k - 1 ulp for 2^k),
     as float64; -1e4 for zeros (never the largest)."""
@@ -639,6 +646,7 @@ __all__ = [
     "gmma_fp8",
     "GMMA_FP8_BITS",
     "fp8_mma_design",
+    "anchor_on_h200_design",
     "make_design",
     "pow2_scale_exponent",
     "quantize_q_rows",

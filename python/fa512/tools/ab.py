@@ -38,8 +38,7 @@ import torch
 
 EMU_ENTRIES = ("emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8")
 EXACT_Q_ENTRY = "emu:fa512_fp8[exactQ]"
-# the anchor design on the same tensor cores: FP8 wgmma accumulation (exact H200 model), P.V
-# accumulated on the tensor core across blocks as its kernel does
+# the anchor design on the same tensor cores (`fa512.emulation.anchor_on_h200_design`)
 ANCHOR_HW_ENTRY = "emu:anchor_fp8@h200"
 # (label, kernel name, kv dtype name, matching emulation entry or None)
 KERNEL_VARIANTS = (
@@ -190,7 +189,7 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor, rows: int) -> float:
 def _emulation_designs(sweep: str):
     import dataclasses
 
-    from ..emulation import GMMA_FP8_BITS, make_design
+    from ..emulation import anchor_on_h200_design, make_design
 
     designs = {
         "emu:dequant": make_design("dequant"),
@@ -200,7 +199,7 @@ def _emulation_designs(sweep: str):
     }
     if sweep == "scale":
         designs[EXACT_Q_ENTRY] = dataclasses.replace(make_design("fa512_fp8"), q_mode="exact")
-        designs[ANCHOR_HW_ENTRY] = make_design("anchor_fp8", acc_bits=GMMA_FP8_BITS, pv_promote=False)
+        designs[ANCHOR_HW_ENTRY] = anchor_on_h200_design()
     return designs
 
 
