@@ -129,6 +129,11 @@ class Sm90FwdConfig:
         spans 4 k=32 steps instead of 8 (`fa512.emulation.Design.qk_promote`). S is computed 16
         keys at a time with an 8-register temporary; needs the 24 / 240 register split. Opt-in:
         about a third less error on the retrieval probe for ~22% of prefill speed (H200).
+    pingpong : bool
+        fp8_mma with qk_mode="duplicate" only: the two consumer warpgroups, which then share no
+        per-block data, take turns issuing their MMAs (named barriers), so one warpgroup's
+        softmax and V transpose run while the other's QK and PV occupy the tensor cores
+        (FlashAttention-3's inter-warpgroup overlap).
     q_reg_steps : int
         fp8_dequant only: how many of the QK product's 16 k-steps (m64 x tile_n x k16, this
         warpgroup's d half) take Q from registers (RS wgmma) instead of shared memory. Q is
@@ -166,6 +171,7 @@ class Sm90FwdConfig:
     consumer_regs: int = 232
     pv_promote: bool = False
     qk_promote: bool = False
+    pingpong: bool = False
     q_reg_steps: int = 0
     stage: str = "full"
     trace: bool = False
@@ -236,6 +242,8 @@ class Sm90FwdConfig:
             parts.append("promote")
         if self.qk_promote:
             parts.append("qkpromote")
+        if self.pingpong:
+            parts.append("pp")
         if self.q_reg_steps:
             parts.append(f"qr{self.q_reg_steps}")
         if self.stage != "full":
@@ -349,8 +357,10 @@ class Sm90FwdConfig:
             return False, "descale must be a (q, k, v) triple of bools"
         if self.qk_mode not in QK_MODES:
             return False, f"qk_mode {self.qk_mode!r} not in {QK_MODES}"
-        if self.mma_path in FP8_PATHS and self.qk_mode != "split_d":
-            return False, f"{self.mma_path} prepares each warpgroup's own d half: it needs qk_mode='split_d'"
+        if self.mma_path == "fp8_dequant" and self.qk_mode != "split_d":
+            return False, "fp8_dequant converts each warpgroup's own d half: it needs qk_mode='split_d'"
+        if self.mma_path == "fp8_mma" and self.qk_mode != "split_d" and (self.qk_promote or self.pv_promote):
+            return False, "fp8_mma's accumulation guards are built with qk_mode='split_d' only"
         for regs in (self.producer_regs, self.consumer_regs):
             if regs % 8 or not 24 <= regs <= 256:
                 return False, f"setmaxnreg counts are multiples of 8 in 24..256, got {regs}"
@@ -366,10 +376,15 @@ class Sm90FwdConfig:
             return False, "pv_promote is not built with split partials (see with_split)"
         if self.qk_promote and self.mma_path != "fp8_mma":
             return False, f"qk_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
+        if self.pingpong and (self.mma_path != "fp8_mma" or self.qk_mode != "duplicate"):
+            return False, "pingpong alternates independent warpgroups: fp8_mma with qk_mode='duplicate' only"
+        if self.pingpong and self.stage != "full":
+            return False, "pingpong's turns pair the QK and PV issues: no diagnostic cuts"
         if self.q_reg_steps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
             return False, "q_reg_steps holds part of a d half of Q as the QK A operand: fp8_dequant with qk_mode='split_d' only"
-        if not 0 <= self.q_reg_steps <= HEAD_DIM // 2 // 16:
-            return False, f"q_reg_steps {self.q_reg_steps} not in 0..{HEAD_DIM // 2 // 16} (k16 steps of a d half)"
+        if not 0 <= self.q_reg_steps <= HEAD_DIM // 2 // 16 or self.q_reg_steps % 4:
+            return False, (f"q_reg_steps {self.q_reg_steps} not a multiple of 4 in 0..{HEAD_DIM // 2 // 16} "
+                           "(k16 steps of a d half, whole 64-column swizzle atoms)")
         if self.stage not in STAGES:
             return False, f"stage {self.stage!r} not in {STAGES}"
         smem = self.smem_bytes()
@@ -384,8 +399,10 @@ class Sm90FwdConfig:
 # prevents grows with the keys one CTA accumulates: at 8k keys it is well below the e4m3
 # rounding of Q and P.
 PV_PROMOTE_MIN_KEYS = 16384
-# k-steps (of 16) of the dequant control's QK that take Q from registers in decode-like calls
-DEQUANT_DECODE_Q_REG_STEPS = 8
+# k-steps (of 16) of the dequant control's QK that take Q from registers. 8 compiled clean until
+# the conversion kept its unit indices in registers (`mma_paths._convert_half_tile`); since then
+# 8 spill 5-14 STL/LDL and 4 compile clean for every mask.
+DEQUANT_Q_REG_STEPS = 4
 
 
 def default_config(
@@ -407,8 +424,8 @@ def default_config(
     ``max_seqlen_k`` (host bound on keys per sequence) switches fp8_mma's long-context guard
     on from `PV_PROMOTE_MIN_KEYS` keys (see `Sm90FwdConfig.pv_promote`). ``max_seqlen_q``
     (host bound on queries per sequence; 0 = unknown) picks the dequant control's decode
-    variant: when each sequence's queries fit one M tile, Q's first 8 k-steps come from
-    registers (`Sm90FwdConfig.q_reg_steps`).
+    variant (Q's first k-steps come from registers, `Sm90FwdConfig.q_reg_steps`, in every
+    call now).
 
     tile_n=64 with one K and one V stage (Q 64 KB + K 64 KB + V 64 KB + two fp32 partial-S
     tiles 32 KB = 224 KB) is the default; tile_n=32 with two stages is the alternative the
@@ -429,15 +446,22 @@ def default_config(
         # local variants keep 40 / 232 and the direct accumulation.
         if mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
+        elif tile_n == 64 and max_seqlen_q * pack > TILE_M:
+            # Sequences of several M tiles (prefill, chunked prefill): the duplicated QK with
+            # the warpgroups taking turns (`Sm90FwdConfig.pingpong`; the second d half's
+            # accumulator needs 24 / 240). H200, causal prefill 8k: 566 against 528 TFLOP/s
+            # for split-d; one-tile decode is faster split-d (99.4% against 97.6% of copy
+            # bandwidth at B=64), 2026-11-29.
+            regs = dict(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240)
     elif mma_path == "fp8_dequant":
         # Q 64 + K/V f16 2 x 32 (the S exchange lives in K's) + e4m3 staging 3 x 2 x 16 KB = 224 KB
         tile_n, stages = 32, 3
-        # Half of Q in registers cuts the smem traffic that bounds the dequant path: decode B=64 x
-        # 8k rose from 49.9% to 53.2% of copy bandwidth, causal prefill 8k moved from 290 to 282
-        # TFLOP/s (H200, 2026-11-29), so only single-tile (decode-like) calls use it. 16 steps spill,
-        # and so do 8 with a local mask's window arithmetic (6 STL/LDL).
-        if 0 < max_seqlen_q * pack <= TILE_M and mask != "local":
-            regs = dict(q_reg_steps=DEQUANT_DECODE_Q_REG_STEPS)
+        # Part of Q in registers cuts the smem traffic that bounds the dequant path. With 4 steps
+        # (`DEQUANT_Q_REG_STEPS`) and the conversion's precomputed unit indices, H200 2026-11-29:
+        # causal prefill 8k 299 against 288-290 TFLOP/s, decode B=64 x 8k 56.8% against 53.0% of
+        # copy bandwidth. (8 steps, with the earlier conversion: decode 53.2% from 49.9%, prefill
+        # 282 from 290.) 16 steps spill.
+        regs = dict(q_reg_steps=DEQUANT_Q_REG_STEPS)
     elif paged and page_size % tile_n and page_size % 32 == 0:
         tile_n, stages = 32, 2
     return Sm90FwdConfig(
@@ -454,7 +478,7 @@ def default_config(
     ).with_split(split)
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "DEQUANT_DECODE_Q_REG_STEPS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "DEQUANT_Q_REG_STEPS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -482,8 +506,9 @@ def variant_list(full: bool = True) -> list:
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
-                    # fp8_mma: short and long-context (promoted) variants; dequant: prefill and decode
-                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1)):
+                    # fp8_mma: short and long-context (promoted) variants, and the multi-tile (pingpong)
+                    # one; dequant: prefill and decode
+                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, 2 * TILE_M)):
                         cfg = default_config(
                             kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
                             split=split, descale=(True, True, True), fp8_mma=mma_path == "fp8_mma",

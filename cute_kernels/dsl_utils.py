@@ -80,4 +80,12 @@ def bits_f32(bits, *, loc=None, ip=None) -> Float32:
     return Float32(llvm.bitcast(T.f32(), Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
 
 
-__all__ = ["Carried", "byte_perm_var", "f32_bits", "bits_f32"]
+def sw128_unit(row, unit, rows: int):
+    """Index of the 16-byte unit (``row``, column unit ``unit``) in a K-major tile of ``rows``
+    rows with CuTe's 128 B swizzle: 8-row x 128 B atoms stacked along rows, then along columns;
+    the unit's column within its 128 B row is XORed with row % 8 (Python or DSL ints; checked
+    against CuTe's layouts by tests/test_fp8_operands.py)."""
+    return (unit // 8) * rows * 8 + row * 8 + ((unit % 8) ^ (row % 8))
+
+
+__all__ = ["Carried", "byte_perm_var", "f32_bits", "bits_f32", "sw128_unit"]

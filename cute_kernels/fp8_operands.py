@@ -34,7 +34,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float8E4M3FN, Float32, Int32, Uint32, const_expr
 
-from .dsl_utils import bits_f32, byte_perm_var, f32_bits
+from .dsl_utils import bits_f32, byte_perm_var, f32_bits, sw128_unit
 
 E4M3_MAX = 448.0
 Q_SCALE_K_MIN, Q_SCALE_K_MAX = -126, 126
@@ -197,7 +197,7 @@ def vt_word_index(d: int, w4, tile_n: int):
 def v_chunk_index(key, c16, tile_n: int):
     """16-byte chunk index of V[key, 16 c16 .. 16 c16 + 15] in one (tile_n, 512) e4m3 TMA
     stage: 128 B swizzle atoms (8 keys x 128 B) stacked along keys, then along d."""
-    return (c16 // 8) * tile_n * 8 + key * 8 + ((c16 % 8) ^ (key % 8))
+    return sw128_unit(key, c16, tile_n)
 
 
 @cute.jit
@@ -216,8 +216,21 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
     stores the four rows of each 4 x 4 block, is `transpose_lane_plan`: bank-conflict free
     loads and stores (the first version's lane order cost 8-way conflicts on the loads and
     2-way on the stores: half of the kernel's excess shared-memory wavefronts, ncu on the H200).
-    Keys >= ``rows_valid`` are stored as zeros (None: all valid).
+    Keys >= ``rows_valid`` are stored as zeros (None: all valid). Only a sequence's last block
+    has such keys, so the zeroing (a select per loaded word) runs behind a warp-uniform branch.
     """
+    if const_expr(rows_valid is None):
+        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, None, tile_n)
+    elif rows_valid >= tile_n:
+        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, None, tile_n)
+    else:
+        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, rows_valid, tile_n)
+
+
+@cute.jit
+def _transpose_units(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32,
+                     rows_valid, tile_n: cutlass.Constexpr[int]):
+    """The body of `transpose_v_half`; ``rows_valid`` None: no key is zeroed."""
     n_w4 = tile_n // 4  # 4-key words per Vt row
     units = n_w4 * 16  # x 16 d chunks of 16 bytes in a 256-column half
     stage_base = stage * (tile_n * 32)

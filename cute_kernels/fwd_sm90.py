@@ -25,7 +25,7 @@ from .config import HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD,
 from .fp8_operands import p_to_fp8_a
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
-from .mma_paths import BAR_WG_LOCAL, make_mma_path
+from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, make_mma_path, unit_view
 from .paged_kv import KVBlockTiles, kv_tma_view
 from .softmax import LOG2_E, OnlineSoftmax
 
@@ -42,6 +42,7 @@ class PromoteParts(NamedTuple):
 # Named barriers (id 0 is __syncthreads).
 BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
 BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arrive + 128 sync)
+BAR_TURN = 7  # + w: WG w's turn to issue its MMAs (pingpong; 128 arrive + 128 sync)
 
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
 
@@ -109,7 +110,7 @@ class FlashFwdSm90:
         if not ok:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
-        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n)
+        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d")
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
@@ -127,8 +128,9 @@ class FlashFwdSm90:
         )
         pipeline_checks.check_named_barriers(
             {"S_READY": BAR_S_READY, "X_FREE0": BAR_X_FREE, "X_FREE1": BAR_X_FREE + 1,
-             "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1},
-            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128},
+             "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1, "Q_READY": BAR_Q_READY,
+             "TURN0": BAR_TURN, "TURN1": BAR_TURN + 1},
+            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "TURN": 256},
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         self.stage = config.stage
@@ -577,13 +579,22 @@ class FlashFwdSm90:
         else:
             sQ_w = sQ
             sK_w = sK
-        # this warpgroup's d half of every buffer a path may convert (dequant path only)
+        # this warpgroup's d half of every buffer a path may convert or quantise
         sQ_in_w = cute.local_tile(sQ_in, (self.tile_m, self.half_d), (0, wg))
         sQ_mma_w = cute.local_tile(sQ, (self.tile_m, self.half_d), (0, wg))
         sK_src_w = cute.local_tile(sK_tma, (self.tile_n, self.half_d), (0, wg, None))
         sV_src_w = cute.local_tile(sV_tma, (self.tile_n, self.half_d), (0, wg, None))
         sK_dst_w = cute.local_tile(sK, (self.tile_n, self.half_d), (0, wg, None))
         sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
+        if const_expr(self.path.needs_staging):  # fp8_dequant: 16-byte unit views of whole buffers
+            q_bytes = self.tile_m * self.head_dim * 2
+            kv_bytes = self.tile_n * self.head_dim
+            sQ_in_w = unit_view(storage.sQ.data_ptr(), q_bytes, self.q_dtype)
+            sQ_mma_w = unit_view(storage.sQ.data_ptr(), q_bytes, Float16)
+            sK_src_w = unit_view(storage.sKs.data_ptr(), self.stages * kv_bytes, Float8E4M3FN)
+            sV_src_w = unit_view(storage.sVs.data_ptr(), self.stages * kv_bytes, Float8E4M3FN)
+            sK_dst_w = unit_view(storage.sK.data_ptr(), 2 * kv_bytes, Float16)
+            sV_dst_w = unit_view(storage.sV.data_ptr(), 2 * kv_bytes, Float16)
         tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ_w))
         tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK_w))
         n_s = self.tile_n // 2  # fp32 logits per thread
@@ -600,7 +611,7 @@ class FlashFwdSm90:
         # partial-S exchange buffers: X[w] holds WG w's fragment, 4-float vectors per thread
         x_shape = (4, 128, n_s // 4, 2)
         sX = None
-        if const_expr(self.fp8_mma):
+        if const_expr(self.fp8_mma and self.split_d):
             sX = self._fp8_exchange_view(storage, x_shape)
         elif const_expr(self.k_early):
             sX = self._dequant_exchange_view(storage, x_shape)
@@ -635,12 +646,14 @@ class FlashFwdSm90:
         promo = None  # pv_promote: (64-column slice MMA, its V^T fragments, two temporaries, next P)
         if const_expr(self.promote):
             promo = self._promote_parts(sVt_w, tidx_wg, tOrP)
-        sScale_w = None
-        q_row_scale = None  # fp8_mma: e4m3 scale of this thread's two S rows in this d half
+        sScales = None  # fp8_mma: e4m3 Q row scales (row, d half)
+        q_row_scale = None  # fp8_mma: scales of this thread's two S rows: its d half's (split-d
+        q_row_scale_hi = None  # QK), or d half 0's and (here) d half 1's (duplicated QK)
         if const_expr(self.fp8_mma):
-            sScale_w = cute.local_tile(storage.sQscale.get_tensor(cute.make_layout(2 * self.tile_m)),
-                                       (self.tile_m,), (wg,))
+            sScales = storage.sQscale.get_tensor(cute.make_layout((self.tile_m, 2)))
             q_row_scale = cute.make_rmem_tensor(2, Float32)
+            if const_expr(not self.split_d):
+                q_row_scale_hi = cute.make_rmem_tensor(2, Float32)
 
         qkp = None  # qk_promote: (n32 QK MMA, its Q fragments, K fragments per key half, temporary)
         if const_expr(self.qk_promote):
@@ -659,24 +672,36 @@ class FlashFwdSm90:
         if n_blocks > 0:
             hq = q_cons.wait_and_advance()
             self._trace(warp, "consumer Q ready", Int32(0), Int32(0))
-            self.path.prepare_q(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, wg)
+            self.path.prepare_q(sQ_in_w, sQ_mma_w, sScales[None, wg] if const_expr(self.fp8_mma) else None,
+                                tidx_wg, wg)
             if const_expr(self.q_reg_steps):
                 cute.autovec_copy(q_regs[2], q_regs[1])  # once per tile
             if const_expr(self.fp8_mma):
                 rows_c = acc_mn_view(tScS)
                 for r in cutlass.range_constexpr(2):
-                    q_row_scale[r] = sScale_w[rows_c[r, 0][0]]
+                    row = rows_c[r, 0][0]
+                    if const_expr(self.split_d):
+                        q_row_scale[r] = sScales[row, wg]
+                    else:
+                        q_row_scale[r] = sScales[row, 0]
+                        q_row_scale_hi[r] = sScales[row, 1]
             # ---- first block (highest), always masked ----
             n = n_max - 1
             hk = k_cons.wait_and_advance()
             self._trace(warp, "consumer K ready: block, stage", n, hk.index)
             k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            acc_T = self._second_half_acc(s_shape)
+            if const_expr(self.cfg.pingpong):
+                if wg == 1:  # WG 0 issues first
+                    cute.arch.barrier_arrive(barrier_id=BAR_TURN, number_of_threads=256)
             if const_expr(do_qk):
                 if const_expr(self.qk_promote):
                     self._qk_promoted(qkp, acc_S, k_idx)
                 else:
-                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs)
+                    self._take_turn(wg)
+                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
+                    self._pass_turn(wg, False)
                     warpgroup.wait_group(0)
             self.path.finish_k(hk)
             self._trace(warp, "consumer K released: block, stage", n, hk.index)
@@ -684,6 +709,8 @@ class FlashFwdSm90:
                 if const_expr(self.split_d):
                     self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, warp_live, q_row_scale)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
+                elif const_expr(self.fp8_mma):
+                    _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
                 if warp_live:
                     mask.apply(acc_S, tScS, n)
                     softmax.step(acc_S, row_scale, is_first=True)
@@ -699,22 +726,35 @@ class FlashFwdSm90:
                     hk = k_cons.wait_and_advance()
                     self._trace(warp, "consumer K ready: block, stage", n, hk.index)
                     k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+                if const_expr(self.cfg.pingpong):
+                    # V(n+1) is transposed and O rescaled before this warpgroup's turn (while the
+                    # other one's MMAs run): S and T are not live yet (the other order spills 96
+                    # STL/LDL at 240), and the turn issues QK(n) and PV(n+1) back to back
+                    hv = v_cons.wait_and_advance()
+                    self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
+                    v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                    if const_expr(do_qk):
+                        softmax.rescale(acc_O, row_scale)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
+                acc_T = self._second_half_acc(s_shape)
                 if const_expr(do_qk):
                     if const_expr(self.qk_promote):
                         self._qk_promoted(qkp, acc_S, k_idx)  # complete on return
                     else:
-                        self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs)
-                    if const_expr(not self.promote):
+                        self._take_turn(wg)
+                        self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
+                    if const_expr(not self.promote and not self.cfg.pingpong):
                         softmax.rescale(acc_O, row_scale)
-                hv = v_cons.wait_and_advance()
-                self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
-                v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                if const_expr(not self.cfg.pingpong):
+                    hv = v_cons.wait_and_advance()
+                    self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
+                    v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
                 if const_expr(do_pv):
                     if const_expr(self.promote):
                         self._pv_slice(promo, 0, tOrP, v_idx)
                     else:
                         self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
+                        self._pass_turn(wg, False)
                 if const_expr(do_qk):
                     # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
                     warpgroup.wait_group(1 if do_pv else 0)
@@ -728,6 +768,8 @@ class FlashFwdSm90:
                     if const_expr(self.split_d):
                         self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
+                    elif const_expr(self.fp8_mma):
+                        _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
                     if warp_live:
                         if mask.needs_mask(n):
                             mask.apply(acc_S, tScS, n)
@@ -761,7 +803,9 @@ class FlashFwdSm90:
                 self._pv_slice(promo, 0, tOrP, v_idx)
                 self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
             elif const_expr(do_pv):
+                self._take_turn(wg)
                 self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
+                self._pass_turn(wg, True)
                 warpgroup.wait_group(0)
             self.path.finish_v(hv)
             self._trace(warp, "consumer V released: block, stage", n_min, hv.index)
@@ -838,13 +882,29 @@ class FlashFwdSm90:
         else:
             tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
 
+    def _second_half_acc(self, s_shape):
+        """fp8_mma with the duplicated QK: the accumulator of d half 1's QK^T (None otherwise)."""
+        if self.fp8_mma and not self.split_d:
+            return cute.make_rmem_tensor(s_shape, Float32)
+        return None
+
     @cute.jit
-    def _qk(self, tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs=None):
+    def _qk(self, tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs=None, acc_T=None):
         """Issue S = Q K^T for one block (this warpgroup's d half; committed, the caller waits).
-        With ``q_regs`` (fp8_dequant) the first q_reg_steps k-steps take Q from registers."""
+        With ``q_regs`` (fp8_dequant) the first q_reg_steps k-steps take Q from registers. With
+        ``acc_T`` (fp8_mma, duplicated QK: all of d) d half 0 accumulates into S and d half 1
+        into T, each from zero: the same FP8 accumulations, and after `_sum_d_halves` the same
+        S bit for bit, as the split-d layout's two warpgroups."""
         warpgroup.fence()
         tB = tSrK[None, None, None, k_idx]
-        if const_expr(q_regs is None):
+        if const_expr(acc_T is not None):
+            steps = cute.size(tSrQ.shape[2])
+            atom = cute.make_mma_atom(tiled_mma_qk.op)
+            for k in cutlass.range_constexpr(steps):
+                atom.set(warpgroup.Field.ACCUMULATE, k % (steps // 2) != 0)
+                dst = acc_S if k < steps // 2 else acc_T
+                cute.gemm(atom, dst, tSrQ[None, None, k], tB[None, None, k], dst)
+        elif const_expr(q_regs is None):
             wgmma(tiled_mma_qk, acc_S, tSrQ, tB, zero_init=True)
         else:
             atom_r = cute.make_mma_atom(q_regs[0].op)
@@ -905,6 +965,26 @@ class FlashFwdSm90:
         tSsQ = thr.partition_A(sQ_r)
         tSrQ = cute.make_rmem_tensor(thr.partition_shape_A((self.tile_m, 16 * self.q_reg_steps)), self.dtype)
         return tiled, tSrQ, tSsQ
+
+    # -- pingpong: the two warpgroups issue their MMAs in turns ------------------------------
+    # Turn t of WG w waits on TURN[w] and ends with an arrive on TURN[1-w]. WG w takes N + 1
+    # turns for N blocks (QK of the first block, QK(n) + PV(n+1) per loop step, the last PV);
+    # WG 1 arrives once before its first turn and skips the arrive after its last one, so each
+    # barrier sees as many arrivals as waits.
+
+    @cute.jit
+    def _take_turn(self, wg):
+        if const_expr(self.cfg.pingpong):
+            cute.arch.barrier(barrier_id=BAR_TURN + wg, number_of_threads=256)
+
+    @cute.jit
+    def _pass_turn(self, wg, is_last: cutlass.Constexpr[bool]):
+        if const_expr(self.cfg.pingpong):
+            if const_expr(is_last):
+                if wg == 0:
+                    cute.arch.barrier_arrive(barrier_id=BAR_TURN + 1, number_of_threads=256)
+            else:
+                cute.arch.barrier_arrive(barrier_id=BAR_TURN + 1 - wg, number_of_threads=256)
 
     @cute.jit
     def _pv(self, tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx):
@@ -973,8 +1053,7 @@ class FlashFwdSm90:
         n_s = cute.size(acc_S)
         frag = cute.make_tensor(acc_S.iterator, cute.make_layout((4, n_s // 4)))
         if const_expr(own_scale is not None):
-            for i in cutlass.range_constexpr(n_s):
-                frag[i] = frag[i] * own_scale[(i >> 1) & 1]
+            _scale_s_rows(acc_S, own_scale)
         if const_expr(not is_first and not self.k_early):
             # wait until the other WG has read what this WG wrote for the previous block (k_early:
             # done before the K conversion that overwrites X[w], `_convert_next_k`)
@@ -1032,4 +1111,26 @@ class FlashFwdSm90:
                         gL[row] = lse[r]
 
 
+@cute.jit
+def _sum_d_halves(acc_S: cute.Tensor, acc_T: cute.Tensor, scale_lo: cute.Tensor, scale_hi: cute.Tensor):
+    """S = S * scale_lo[row] + T * scale_hi[row] (the two d halves' QK^T with their e4m3 Q row
+    scales; powers of two, so only the sum rounds, as in the split-d exchange)."""
+    n = cute.size(acc_S)
+    s = cute.make_tensor(acc_S.iterator, cute.make_layout(n))  # register order
+    t = cute.make_tensor(acc_T.iterator, cute.make_layout(n))
+    for i in cutlass.range_constexpr(n):
+        s[i] = s[i] * scale_lo[(i >> 1) & 1] + t[i] * scale_hi[(i >> 1) & 1]
+
+
+@cute.jit
+def _scale_s_rows(acc_S: cute.Tensor, scale: cute.Tensor):
+    """S *= the e4m3 Q row scale of each of the thread's two rows (registers alternate between
+    rows r and r + 8 in pairs: wgmma's accumulator layout)."""
+    n = cute.size(acc_S)
+    regs = cute.make_tensor(acc_S.iterator, cute.make_layout(n))  # register order
+    for i in cutlass.range_constexpr(n):
+        regs[i] = regs[i] * scale[(i >> 1) & 1]
+
+
 __all__ = ["FlashFwdSm90"]
+

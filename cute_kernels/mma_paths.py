@@ -32,9 +32,13 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
 
+from .config import HEAD_DIM
+from .dsl_utils import sw128_unit
 from .fp8_operands import quantize_q_half, transpose_v_half
 
 BAR_WG_LOCAL = 4  # + wg: 128-thread barrier of one consumer warpgroup (conversion hand-off)
+# both consumer WGs: the e4m3 Q tile is complete (fp8_mma with the duplicated QK, once per tile)
+BAR_Q_READY = 6
 _DTYPES = {"bf16": BFloat16, "f16": Float16}
 
 
@@ -88,9 +92,15 @@ class Mma16Path:
 
 @dataclass(frozen=True)
 class DequantFp8Path:
-    """e4m3 K/V converted in-kernel to f16 (SM90 converts e4m3x2 -> f16x2 in one instruction)."""
+    """e4m3 K/V converted in-kernel to f16 (SM90 converts e4m3x2 -> f16x2 in one instruction).
+
+    Its buffers are passed as 16-byte unit views (`unit_view`): ``sQ_in_w`` / ``sQ_mma_w`` the
+    Q tile as loaded and as f16, ``sSrc_w`` the e4m3 staging ring, ``sDst_w`` the f16 operand
+    buffer (each warpgroup converts its own d half, `_convert_half_tile`).
+    """
 
     q_dtype_name: str  # "bf16" | "f16"
+    tile_n: int
 
     @property
     def mma_dtype(self):
@@ -114,7 +124,7 @@ class DequantFp8Path:
     def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
         """bf16 Q: narrow this warpgroup's half to f16 in place (same bytes, same swizzle)."""
         if const_expr(self.q_dtype_name == "bf16"):
-            _convert_half_tile(sQ_in_w, sQ_mma_w, tidx_wg, None)
+            _convert_half_tile(sQ_in_w, 0, sQ_mma_w, 64, wg, tidx_wg, None)
             cute.arch.fence_view_async_shared()
             cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
 
@@ -128,9 +138,11 @@ class DequantFp8Path:
 
     @cute.jit
     def _convert(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
-        """Convert the staged e4m3 half tile into the f16 operand buffer; free the stage."""
+        """Convert this warpgroup's half of the staged e4m3 block into the f16 operand buffer;
+        free the stage."""
+        stage_units = self.tile_n * HEAD_DIM // 16
         _rewrite_from_stage(handle, wg, lambda: _convert_half_tile(
-            sSrc_w[None, None, handle.index], sDst_w[None, None, 0], tidx_wg, rows_valid))
+            sSrc_w, handle.index * stage_units, sDst_w, self.tile_n, wg, tidx_wg, rows_valid))
         return 0
 
     @cute.jit
@@ -142,12 +154,20 @@ class DequantFp8Path:
         pass
 
 
+def unit_view(ptr, nbytes: int, dtype) -> cute.Tensor:
+    """A shared buffer as (16-byte units, values per unit) of ``dtype``, unswizzled: the
+    conversion computes swizzled unit indices itself (`_convert_half_tile`)."""
+    per_unit = 128 // dtype.width
+    return cute.make_tensor(cute.recast_ptr(ptr, dtype=dtype), cute.make_layout((nbytes // 16, per_unit), stride=(per_unit, 1)))
+
+
 @dataclass(frozen=True)
 class Fp8MmaPath:
     """e4m3 K/V on FP8 wgmma: Q quantised per row in-kernel, V transposed per block."""
 
     q_dtype_name: str  # "bf16" | "f16"
     tile_n: int
+    shared_q: bool = False  # duplicated QK: both warpgroups read the whole e4m3 Q tile
 
     @property
     def mma_dtype(self):
@@ -169,11 +189,15 @@ class Fp8MmaPath:
 
     @cute.jit
     def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
-        """Quantise this warpgroup's Q half to e4m3 (row scales to sScale_w), make it visible to
-        the warpgroup's wgmma (async proxy) and its scales to every thread of the warpgroup."""
+        """Quantise this warpgroup's Q half to e4m3 (row scales to sScale_w) and make it visible
+        to the wgmma (async proxy) and its scales to the threads that read them: this
+        warpgroup's, or both warpgroups' with the duplicated QK (``shared_q``)."""
         quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg)
         cute.arch.fence_view_async_shared()
-        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+        if const_expr(self.shared_q):
+            cute.arch.barrier(barrier_id=BAR_Q_READY, number_of_threads=256)
+        else:
+            cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
 
     @cute.jit
     def prepare_k(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
@@ -222,8 +246,11 @@ def convert_slot(tidx_wg, i):
 
 
 @cute.jit
-def _convert_half_tile(src: cute.Tensor, dst: cute.Tensor, tidx_wg: Int32, rows_valid):
-    """dst (rows, 256) f16 <- src (rows, 256) e4m3 or bf16, by one warpgroup.
+def _convert_half_tile(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Constexpr[int], wg,
+                       tidx_wg: Int32, rows_valid):
+    """Warpgroup wg's d half of a (rows, 512) K-major, 128 B-swizzled tile: dst f16 <- src
+    (e4m3 or bf16). ``src``, ``dst``: 16-byte unit views (`unit_view`); the source tile starts
+    at unit ``src_base`` (its staging stage).
 
     Thread t converts 16 consecutive columns (chunk t // 8) of rows t % 8 + 8 i: 16-byte e4m3
     loads / 2 x 16-byte f16 stores that stay contiguous under the 128 B swizzle. A 16-byte shared
@@ -233,35 +260,48 @@ def _convert_half_tile(src: cute.Tensor, dst: cute.Tensor, tidx_wg: Int32, rows_
     mapping, put pairs of threads on the same banks: ncu on the H200 counted 2-way conflicts on
     every f16 store, 41% of the kernel's store wavefronts, 2026-11-29.) Rows >= rows_valid
     (when given) are written as zeros.
+
+    A thread's rows keep row % 8, so each of its units moves by 8 rows x 8 units per step: the
+    unit indices are computed once (`sw128_unit`) and stepped by a constant. (Through the
+    swizzled CuTe views the compiler recomputed the swizzle for every access: 4 integer
+    instructions per 16-byte access, ~15% of the dequant kernel's instructions, ncu 2026-11-29.)
     """
-    rows = cute.size(src, mode=[0])
-    steps = rows // 8
+    src_vals = cute.size(src, mode=[1])  # values per 16-byte unit: 16 (e4m3) or 8 (bf16)
+    row0, chunk = convert_slot(tidx_wg, 0)
+    if const_expr(src_vals == 16):
+        src_units = [src_base + sw128_unit(row0, 16 * wg + chunk, rows)]
+    else:
+        src_units = [src_base + sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)]
+    dst_units = [sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)]
+    step = 8 * 8  # units per 8 rows
     # Loads in batches of CONVERT_BATCH ahead of their stores: the compiler cannot tell src from
     # dst, so a load placed after a store waits for it (a shared-memory round trip per step).
     # 4 at once spilled the variants with Q in registers.
-    for b in cutlass.range_constexpr(0, steps, CONVERT_BATCH):
-        r_in = [cute.make_rmem_tensor((1, 16), src.element_type) for _ in range(CONVERT_BATCH)]
+    for b in cutlass.range_constexpr(0, rows // 8, CONVERT_BATCH):
+        r_in = [cute.make_rmem_tensor(16, src.element_type) for _ in range(CONVERT_BATCH)]
         for j in cutlass.range_constexpr(CONVERT_BATCH):
-            row, chunk = convert_slot(tidx_wg, b + j)
-            cute.autovec_copy(cute.local_tile(src, (1, 16), (row, chunk)), r_in[j])
+            for u in cutlass.range_constexpr(len(src_units)):
+                part = cute.make_tensor(r_in[j].iterator + src_vals * u, cute.make_layout(src_vals))
+                cute.autovec_copy(src[src_units[u] + step * (b + j), None], part)
         for j in cutlass.range_constexpr(CONVERT_BATCH):
-            row, chunk = convert_slot(tidx_wg, b + j)
-            r_out = cute.make_rmem_tensor((1, 16), Float16)
+            r_out = cute.make_rmem_tensor(16, Float16)
             r_out.store(r_in[j].load().to(Float16))
             if const_expr(rows_valid is not None):
-                if row >= rows_valid:
+                if row0 + 8 * (b + j) >= rows_valid:
                     r_out.fill(0.0)
-            cute.autovec_copy(r_out, cute.local_tile(dst, (1, 16), (row, chunk)))
+            for u in cutlass.range_constexpr(2):
+                part = cute.make_tensor(r_out.iterator + 8 * u, cute.make_layout(8))
+                cute.autovec_copy(part, dst[dst_units[u] + step * (b + j), None])
 
 
-def make_mma_path(mma_path: str, q_dtype: str, tile_n: int):
+def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
-        return DequantFp8Path(q_dtype)
+        return DequantFp8Path(q_dtype, tile_n)
     if mma_path == "fp8_mma":
-        return Fp8MmaPath(q_dtype, tile_n)
+        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 
-__all__ = ["Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "convert_slot", "BAR_WG_LOCAL"]
+__all__ = ["Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "convert_slot", "unit_view", "BAR_WG_LOCAL", "BAR_Q_READY"]

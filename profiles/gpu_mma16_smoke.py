@@ -79,11 +79,17 @@ TOL_EMU = 5e-4  # fp8_mma: rel L2 of out vs the emulation of its own numerics (i
 
 # fp8_mma's long-context guard forced on for a short sequence (the dispatch turns it on from
 # cute_kernels.config.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
-PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240)
-# fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32) and the dequant control
-# with part of Q in registers (its decode default), forced on for their A/B
-QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240)
-Q_REGS = dict(q_reg_steps=8)
+PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="split_d", pingpong=False)
+# fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32), forced on, and the
+# dequant control without part of Q in registers (its default since 2026-11-29), for their A/B
+QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240, qk_mode="split_d",
+                   pingpong=False)
+Q_REGS_OFF = dict(q_reg_steps=0)
+# fp8_mma with the duplicated QK (no S exchange between the warpgroups) and the warpgroups
+# taking turns at the tensor cores (the dispatch's choice for multi-tile sequences), and the
+# split-d layout (its choice for one-tile decode): each forced for the A/B
+PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240)
+SPLIT_D = dict(qk_mode="split_d", pingpong=False, pv_promote=False, producer_regs=40, consumer_regs=232)
 
 
 def fp8_mma_cases(quick: bool) -> list[dict]:
@@ -117,6 +123,16 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
         # the same 128k decode with P.V accumulated on the tensor core (no promotion): the A/B
         add("fp8mma_decode_128k_unguarded", hq=8, hkv=1, q_lens=[1], k_lens=[131072], page_size=64, logit_std=1.0,
             config=dict(pv_promote=False))
+    # each QK layout forced where the dispatch picks the other: the duplicated QK with pingpong
+    # has the numerics of split-d (per-half Q scales and FP8 accumulations summed in fp32), so
+    # both are checked against the same emulation
+    for tag, cfg in (("pingpong", PINGPONG), ("splitd", SPLIT_D)):
+        add(f"fp8mma_{tag}_causal_varlen", q_lens=[200, 77, 1], k_lens=[200, 300, 50], causal=True, page_size=64,
+            descale=True, config=cfg)
+        add(f"fp8mma_{tag}_local", q_lens=[150], k_lens=[400], window=[100, 3], page_size=64, config=cfg)
+        add(f"fp8mma_{tag}_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4,
+            descale=True, config=cfg)
+        add(f"fp8mma_{tag}_noncausal_empty", q_lens=[3, 0, 70], k_lens=[0, 10, 900], page_size=64, config=cfg)
     # the QK accumulation guard: correctness against its emulation, and the retrieval probe
     # (fa512.inputs, 31B heads, one query) with and without it, beside the anchor design's emulation
     add("fp8mma_qkpromote_causal_varlen", q_lens=[200, 77, 1], k_lens=[200, 300, 50], causal=True, page_size=64,
@@ -156,10 +172,16 @@ def fp8_perf_cases() -> list[dict]:
              k_lens=[8192] * 64, page_size=64, descale=True, config=QK_PROMOTED),
         dict(name="ab_decode_b4_k32768_fp8_mma_split_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8",
              q_lens=[1] * 4, k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=QK_PROMOTED),
-        dict(name="ab_prefill8192_causal_fp8_dequant_qregs8", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
-             causal=True, page_size=64, descale=True, config=Q_REGS),
+        dict(name="ab_prefill8192_causal_fp8_dequant_qregs0", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
+             causal=True, page_size=64, descale=True, config=dict(q_reg_steps=0)),
         dict(name="ab_decode_b64_k8192_fp8_dequant_qregs0", kind="perf", kv="fp8", q_lens=[1] * 64,
              k_lens=[8192] * 64, page_size=64, descale=True, config=dict(q_reg_steps=0)),
+        dict(name="ab_prefill8192_causal_fp8_mma_splitd", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
+             k_lens=[8192], causal=True, page_size=64, descale=True, config=SPLIT_D),
+        dict(name="ab_decode_b64_k8192_fp8_mma_pingpong", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
+             k_lens=[8192] * 64, page_size=64, descale=True, config=PINGPONG),
+        dict(name="ab_decode_b4_k32768_fp8_mma_split_pingpong", kind="perf", kernel="fp8_mma", kv="fp8",
+             q_lens=[1] * 4, k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=PINGPONG),
         dict(name="ab_prefill8192_causal_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
              k_lens=[8192], causal=True, page_size=64, descale=True, config=PROMOTED),
         dict(name="ab_decode_b64_k8192_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
@@ -193,10 +215,10 @@ def correctness_cases(quick: bool) -> list[dict]:
         descale=True)
     add("fp8_dequant_packed_split3", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True)
     add("fp8_dequant_local", kv="fp8", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
-    add("fp8_dequant_paged_causal_qregs8", kv="fp8", q_lens=[70, 1], k_lens=[700, 333], page_size=64, causal=True,
-        descale=True, config=Q_REGS)
-    add("fp8_dequant_split3_qregs8", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
-        config=Q_REGS)
+    add("fp8_dequant_paged_causal_qregs0", kv="fp8", q_lens=[70, 1], k_lens=[700, 333], page_size=64, causal=True,
+        descale=True, config=Q_REGS_OFF)
+    add("fp8_dequant_split3_qregs0", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
+        config=Q_REGS_OFF)
     if not quick:
         add("gemma31b_prefill2048_causal", q_lens=[2048], k_lens=[2048], causal=True, logit_std=4.0,
             softmax_scale=1.0)
@@ -225,8 +247,11 @@ def diag_cases() -> list[dict]:
         dict(name="diag_fp8_dequant", kind="diag", stage="full", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200],
              page_size=64, descale=True),
     ]
+    # fp8_mma: 64 queries x G=8 span 8 M tiles, so the dispatch picks pingpong; its turns pair
+    # the QK and PV issues, so the diagnostic cuts run the split-d layout
     fp8 = dict(kind="diag", kernel="fp8_mma", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200], page_size=64)
-    c += [dict(name=f"diag_fp8_mma_{st}", stage=st, **fp8) for st in ("setup", "load", "qk", "full")]
+    c += [dict(name=f"diag_fp8_mma_{st}", stage=st, config=SPLIT_D, **fp8) for st in ("setup", "load", "qk", "full")]
+    c += [dict(name="diag_fp8_mma_pingpong", stage="full", **fp8)]
     return c
 
 
@@ -743,7 +768,7 @@ def main() -> int:
                     help="with --diag: compile the cuts with cfg.trace (per-warp heartbeat in host memory + printf)")
     ap.add_argument("--inline", action="store_true",
                     help="run the cases in this process, no worker (for compute-sanitizer); with --case")
-    ap.add_argument("--case", default=None, help="only the cases whose name contains this text")
+    ap.add_argument("--case", default=None, help="only the cases whose name contains one of these comma-separated texts")
     ap.add_argument("--out", default="out/gpu_mma16_smoke", help="directory for results.json and worker_logs/")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
@@ -757,7 +782,8 @@ def main() -> int:
     else:
         cases = ([] if args.perf_only else correctness_cases(args.quick)) + ([] if args.no_perf else perf_cases(args.ab))
     if args.case:
-        cases = [c for c in cases if args.case in c["name"]]
+        wanted = args.case.split(",")
+        cases = [c for c in cases if any(w in c["name"] for w in wanted)]
     OPTS.kernel_timeout, OPTS.trace = args.kernel_timeout, args.trace
     if args.worker:
         worker(cases, args.start, args.stop, args.timeout)

@@ -26,6 +26,9 @@ for step in "$@"; do
     fp8_full)    run fp8_full 580 $smoke --fp8 --out "$OUT/fp8_full" ;;
     fp8_perf)    run fp8_perf 400 $smoke --fp8 --case perf_ --out "$OUT/fp8_perf" ;;
     perf_fp8)    run perf_fp8 400 $smoke --fp8 --perf-only --out "$OUT/perf_fp8" ;;
+    perf_fp8_prefill) run perf_fp8_prefill 300 $smoke --fp8 --perf-only --case ceiling_fp8,prefill8192_causal_fp8_mma --out "$OUT/perf_fp8_prefill" ;;
+    perf8_*)     # FP8-suite timings by name substrings joined with '-': perf8_<a>-<b>-...
+      run "$step" 400 $smoke --fp8 --perf-only --case "$(echo "${step#perf8_}" | tr - ,)" --out "$OUT/$step" ;;
     perf_mma16)  run perf_mma16 400 $smoke --perf-only --out "$OUT/perf_mma16" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
@@ -46,6 +49,10 @@ for step in "$@"; do
     ab_mask)     run ab_mask 400 python3 -m fa512 ab --sweeps mask --no-plots --out "$OUT/ab_mask" ;;
     ncu_deq_*)   # ncu --set full on the dequant control: ncu_deq_<decode|prefill>
       run "$step" 300 python3 profiles/nsys_run.py --case "${step#ncu_deq_}" --kernel mma16 --kv fp8 --ncu --out "$OUT/$step" ;;
+    ncu_src_*)   # ncu --set full on a causal prefill of 8192 (ncu_src_<fp8_mma|mma16>, fp8 KV), then its
+                 # per-instruction stall samples (profiles/ncu_source_summary.py); the report stays on the machine
+      run "$step" 300 python3 profiles/nsys_run.py --case prefill --kernel "${step#ncu_src_}" --kv fp8 --ncu --out "/tmp/$step"
+      run "${step}_source" 120 bash -c "ncu --import /tmp/$step/*.ncu-rep --page source --csv --print-source sass > /tmp/$step/source.csv && ncu --import /tmp/$step/*.ncu-rep --page details --csv > /tmp/$step/details.csv && python3 profiles/ncu_source_summary.py /tmp/$step/source.csv /tmp/$step/details.csv && gzip -c /tmp/$step/source.csv > $OUT/${step}_source.csv.gz" ;;
     nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;
     san_*)       # compute-sanitizer on one tiny diag case: san_<memcheck|racecheck>_<case substring>
       tool=$(echo "$step" | cut -d_ -f2); case_=$(echo "$step" | cut -d_ -f3-)

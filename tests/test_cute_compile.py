@@ -139,10 +139,44 @@ def test_fp8_mma_promotes_pv_where_the_registers_allow():
     assert "qkpromote" in cfg.with_(qk_promote=True).key()
 
 
+def test_fp8_mma_pingpong_for_multi_tile_sequences():
+    """fp8_mma picks the duplicated QK with pingpong for sequences of several M tiles (prefill,
+    chunked prefill) and split-d for one-tile decode, for unknown query counts, long contexts
+    (the promoted P.V is split-d only) and page size 32; refused where it cannot apply."""
+    from cute_kernels.config import PV_PROMOTE_MIN_KEYS
+
+    kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True, mask="causal")
+    prefill = default_config(max_seqlen_q=9, max_seqlen_k=4096, **kw)  # 9 queries x G=8 > 64 rows
+    assert prefill.pingpong and prefill.qk_mode == "duplicate" and prefill.can_implement()[0]
+    assert (prefill.producer_regs, prefill.consumer_regs) == (24, 240) and prefill.key().endswith("-pp")
+    assert prefill.with_split(True).pingpong and prefill.with_split(True).can_implement()[0]
+    assert default_config(max_seqlen_q=9, max_seqlen_k=4096, **{**kw, "mask": "local"}).pingpong
+    for q, k, page in ((8, 4096, 64), (0, 4096, 64), (4096, PV_PROMOTE_MIN_KEYS, 64), (4096, 4096, 32)):
+        cfg = default_config(max_seqlen_q=q, max_seqlen_k=k, **{**kw, "page_size": page})
+        assert not cfg.pingpong and cfg.qk_mode == "split_d" and cfg.can_implement()[0], (q, k, page)
+    for bad, word in (
+        (prefill.with_(qk_mode="split_d"), "duplicate"),
+        (Sm90FwdConfig(qk_mode="duplicate", pingpong=True), "fp8_mma"),
+        (prefill.with_(stage="qk"), "diagnostic"),
+        (prefill.with_(pingpong=False, pv_promote=True), "split_d"),
+        (default_config(max_seqlen_q=1, **{**kw, "fp8_mma": False}).with_(qk_mode="duplicate"), "fp8_dequant"),
+    ):
+        ok, why = bad.can_implement()
+        assert not ok and word in why, why
+
+
 def test_q_reg_steps_only_on_the_dequant_path():
+    from cute_kernels.config import DEQUANT_Q_REG_STEPS
+
     deq = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8)
+    for mask in ("none", "causal", "local"):  # every dequant call, prefill or decode
+        for q in (0, 1, 4096):
+            cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask=mask, paged=True, page_size=64, group=8,
+                                 max_seqlen_q=q)
+            assert cfg.q_reg_steps == DEQUANT_Q_REG_STEPS == 4 and cfg.can_implement()[0]
     assert deq.with_(q_reg_steps=8).can_implement()[0] and "qr8" in deq.with_(q_reg_steps=8).key()
-    for bad, word in ((deq.with_(q_reg_steps=17), "0..16"), (Sm90FwdConfig(q_reg_steps=8), "fp8_dequant"),
+    for bad, word in ((deq.with_(q_reg_steps=17), "0..16"), (deq.with_(q_reg_steps=6), "multiple of 4"),
+                      (Sm90FwdConfig(q_reg_steps=8), "fp8_dequant"),
                       (deq.with_(q_reg_steps=8, qk_mode="duplicate"), "fp8_dequant")):
         ok, why = bad.can_implement()
         assert not ok and word in why, why
@@ -239,10 +273,14 @@ COMPILE_CASES = [
     # the QK accumulation guard: each 16-key quarter of S in two zeroed k halves
     (FP8_MMA.with_(mask="none", qk_promote=True, producer_regs=24, consumer_regs=240),
      {"QGMMA.64x16x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
-    # the dequant control with the first 8 k-steps of Q in registers (RS QK)
+    # the duplicated QK with pingpong (fp8_mma's prefill variant): each warpgroup runs QK^T
+    # over all of d (d half 1 into a second accumulator)
+    (FP8_MMA.with_(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240),
+     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
+    # the dequant control with the first 4 k-steps of Q in registers (RS QK, its default)
     (
         Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
-                      kv_layout="paged", page_size=64, qhead_per_kvhead=8, descale=(True, True, True), q_reg_steps=8),
+                      kv_layout="paged", page_size=64, qhead_per_kvhead=8, descale=(True, True, True), q_reg_steps=4),
         {"HGMMA.64x32x16.F32/SS", "HGMMA.64x32x16.F32/RS", "HGMMA.64x256x16.F32/RS"},
     ),
 ]
@@ -271,7 +309,8 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
         assert rep.hgmma[qk_rs] == 2 * cfg.q_reg_steps
         qk_shapes.append(qk_rs)
     quarters = cfg.tile_n // 16 if cfg.qk_promote else 1
-    assert sum(rep.hgmma[s] for s in qk_shapes) == 2 * 256 // (32 if fp8 else 16) * quarters
+    qk_k = 256 if cfg.qk_mode == "split_d" else 512
+    assert sum(rep.hgmma[s] for s in qk_shapes) == 2 * qk_k // (32 if fp8 else 16) * quarters
     if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted)
         slices = 4 if cfg.pv_promote else 1
         assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == 2 * slices * cfg.tile_n // 32
@@ -285,6 +324,9 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
         assert "cvt.rn.f16x2.e4m3x2" in res.ptx
     if fp8:  # Q and P quantised in-kernel with saturating round-to-nearest
         assert "cvt.rn.satfinite.e4m3x2.f32" in res.ptx
+    # pingpong: WG 1's opening arrive on WG 0's turn barrier (id 7), WG 0's closing arrive on
+    # WG 1's (id 8); the other waits and arrives take the id from a register
+    assert ("bar.arrive 7, 256;" in res.ptx and "bar.arrive 8, 256;" in res.ptx) == cfg.pingpong
 
 
 @needs_dsl

@@ -263,3 +263,35 @@ def test_dequant_conversion_is_bank_conflict_free():
     bad, covered = _jit_eval(check)
     assert bad == []
     assert covered == {(r, c) for r in range(32) for c in range(16)}
+
+
+@needs_dsl
+def test_conversion_unit_indices_match_cute_layouts():
+    """fp8_dequant's conversion addresses its buffers as 16-byte units (`sw128_unit`) instead of
+    through the swizzled CuTe views: the e4m3 staging ring (every stage), the f16 operand
+    buffer and the 64-row bf16 Q tile, as `FlashFwdSm90._smem_layouts` builds them."""
+    from cutlass import BFloat16, Float16, Float8E4M3FN
+    from cutlass.cute.nvgpu import warpgroup
+    import cutlass.cute as cute
+
+    from cute_kernels.dsl_utils import sw128_unit
+
+    def check():
+        bad = []
+        kind = warpgroup.SmemLayoutAtomKind.K_SW128
+        ring = cute.tile_to_shape(warpgroup.make_smem_layout_atom(kind, Float8E4M3FN), (32, 512, 3), order=(0, 1, 2))
+        for s in range(3):
+            for r in range(32):
+                for u in range(32):
+                    if ring((r, 16 * u, s)) != 16 * (s * 32 * 32 + sw128_unit(r, u, 32)):
+                        bad.append(("ring", s, r, u))
+        for dtype, rows in ((Float16, 32), (BFloat16, 64)):
+            lay = cute.tile_to_shape(warpgroup.make_smem_layout_atom(kind, dtype), (rows, 512), order=(0, 1))
+            for r in range(rows):
+                for u in range(64):
+                    x = 2 * lay.outer((r, 8 * u))  # the 128 B swizzle acts on byte addresses
+                    if x ^ ((x >> 3) & 0x70) != 16 * sw128_unit(r, u, rows):
+                        bad.append((str(dtype), r, u))
+        return bad
+
+    assert _jit_eval(check) == []

@@ -101,15 +101,25 @@ def test_decode_causal_runs_the_unmasked_sm90_variant():
     assert fa512.plan(q, k, v, **{**kw, "causal": True}, target="sm_90:132").config.mask == "causal"
 
 
-@pytest.mark.parametrize("seqlen_q, q_reg_steps", [(1, 8), (8, 8), (9, 0), (512, 0)])
-def test_dequant_control_holds_q_in_registers_for_single_tile_calls(seqlen_q, q_reg_steps):
-    """mma16 on fp8 KV: the decode variant (every sequence's G x queries rows fit one 64-row
-    tile) takes 8 of QK's 16 k-steps of Q from registers; longer queries keep Q in smem."""
+@pytest.mark.parametrize("seqlen_q", [1, 8, 9, 512])
+def test_dequant_control_holds_q_in_registers(seqlen_q):
+    """mma16 on fp8 KV takes 4 of QK's 16 k-steps of Q from registers, decode and prefill alike."""
     q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
                                seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16")
     assert p.kernel == "mma16" and p.config.mma_path == "fp8_dequant"
-    assert p.config.q_reg_steps == q_reg_steps and (f"-qr{q_reg_steps}" in p.config.key()) == bool(q_reg_steps)
+    assert p.config.q_reg_steps == 4 and "-qr4" in p.config.key()
+
+
+@pytest.mark.parametrize("seqlen_q, pingpong", [(1, False), (8, False), (9, True), (512, True)])
+def test_fp8_mma_pingpong_for_multi_tile_sequences(seqlen_q, pingpong):
+    """fp8_mma: the duplicated QK with pingpong once a sequence's G x queries rows span several
+    64-row tiles (prefill, chunked prefill); split-d for one-tile (decode) calls."""
+    q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
+                               seed=15)
+    p = fa512.plan(q, k, v, **kw, target="sm_90:132", num_splits=1)
+    assert p.kernel == "fp8_mma" and p.config.pingpong is pingpong
+    assert p.config.qk_mode == ("duplicate" if pingpong else "split_d") and p.config.key().endswith("-pp") is pingpong
 
 
 def test_fp8_mma_guards_long_sequences_only():
