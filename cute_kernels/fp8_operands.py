@@ -202,7 +202,7 @@ def v_chunk_index(key, c16, tile_n: int):
 
 @cute.jit
 def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32,
-                     rows_valid, tile_n: cutlass.Constexpr[int]):
+                     rows_valid, tile_n: cutlass.Constexpr[int], tail_branch: cutlass.Constexpr[bool] = False):
     """Vt (256, tile_n) e4m3, K-major <- warpgroup wg's d half of V stage ``stage``, keys in
     `P_KEY_ORDER`.
 
@@ -217,10 +217,12 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
     loads and stores (the first version's lane order cost 8-way conflicts on the loads and
     2-way on the stores: half of the kernel's excess shared-memory wavefronts, ncu on the H200).
     Keys >= ``rows_valid`` are stored as zeros (None: all valid). Only a sequence's last block
-    has such keys, so the zeroing (a select per loaded word) runs behind a warp-uniform branch.
+    has such keys; with ``tail_branch`` the zeroing (a select per loaded word) runs only there,
+    behind a warp-uniform branch. The second copy of the transpose costs registers: the split-d
+    variants spill 2-11 STL/LDL with it, so only the pingpong ones take it.
     """
-    if const_expr(rows_valid is None):
-        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, None, tile_n)
+    if const_expr(rows_valid is None or not tail_branch):
+        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, rows_valid, tile_n)
     elif rows_valid >= tile_n:
         _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, None, tile_n)
     else:

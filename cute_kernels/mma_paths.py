@@ -212,7 +212,7 @@ class Fp8MmaPath:
         """
         vt_words, vt_base = sDst_w
         _rewrite_from_stage(handle, wg, lambda: transpose_v_half(
-            sSrc_w, handle.index, vt_words, vt_base, wg, tidx_wg, rows_valid, self.tile_n))
+            sSrc_w, handle.index, vt_words, vt_base, wg, tidx_wg, rows_valid, self.tile_n, self.shared_q))
         return 0
 
     @cute.jit
