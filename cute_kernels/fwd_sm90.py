@@ -579,14 +579,15 @@ class FlashFwdSm90:
         else:
             sQ_w = sQ
             sK_w = sK
-        # this warpgroup's d half of every buffer a path may convert or quantise
-        sQ_in_w = cute.local_tile(sQ_in, (self.tile_m, self.half_d), (0, wg))
-        sQ_mma_w = cute.local_tile(sQ, (self.tile_m, self.half_d), (0, wg))
-        sK_src_w = cute.local_tile(sK_tma, (self.tile_n, self.half_d), (0, wg, None))
-        sV_src_w = cute.local_tile(sV_tma, (self.tile_n, self.half_d), (0, wg, None))
-        sK_dst_w = cute.local_tile(sK, (self.tile_n, self.half_d), (0, wg, None))
-        sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
-        if const_expr(self.path.needs_staging):  # fp8_dequant: 16-byte unit views of whole buffers
+        if const_expr(not self.path.needs_staging):
+            # this warpgroup's d half of every buffer a path may quantise or transpose
+            sQ_in_w = cute.local_tile(sQ_in, (self.tile_m, self.half_d), (0, wg))
+            sQ_mma_w = cute.local_tile(sQ, (self.tile_m, self.half_d), (0, wg))
+            sK_src_w = cute.local_tile(sK_tma, (self.tile_n, self.half_d), (0, wg, None))
+            sV_src_w = cute.local_tile(sV_tma, (self.tile_n, self.half_d), (0, wg, None))
+            sK_dst_w = cute.local_tile(sK, (self.tile_n, self.half_d), (0, wg, None))
+            sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
+        else:  # fp8_dequant: 16-byte unit views of whole buffers (the conversion picks the d half)
             q_bytes = self.tile_m * self.head_dim * 2
             kv_bytes = self.tile_n * self.head_dim
             sQ_in_w = unit_view(storage.sQ.data_ptr(), q_bytes, self.q_dtype)

@@ -148,44 +148,43 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     return c
 
 
+def _prefill8k(name: str, **kw) -> dict:
+    """Causal prefill of 8192 tokens (31B heads, paged fp8 KV with descales): the prefill timing shape."""
+    return dict(name=name, kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192], causal=True, page_size=64,
+                descale=True, **kw)
+
+
+def _decode(name: str, batch: int, keys: int, **kw) -> dict:
+    """Decode, one query per sequence (paged fp8 KV with descales): the bandwidth timing shapes."""
+    return dict(name=name, kind="perf", kv="fp8", q_lens=[1] * batch, k_lens=[keys] * batch, page_size=64,
+                descale=True, **kw)
+
+
 def fp8_perf_cases() -> list[dict]:
+    mma = dict(kernel="fp8_mma")
+    split = dict(kernel="fp8_mma", splits="plan")
+    n32 = dict(tile_n=32, kv_stages=4)
+    no_qregs = dict(q_reg_steps=0)
     return [
         dict(name="ceiling_fp8_gemm_8192", kind="gemm_fp8"),
         dict(name="ceiling_copy_bandwidth", kind="copy"),
-        dict(name="perf_prefill8192_causal_fp8_mma", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
-             k_lens=[8192], causal=True, page_size=64, descale=True),
-        dict(name="perf_decode_b64_k8192_fp8_mma", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
-             k_lens=[8192] * 64, page_size=64, descale=True),
-        dict(name="perf_decode_b4_k32768_fp8_mma_split", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 4,
-             k_lens=[32768] * 4, page_size=64, descale=True, splits="plan"),
-        dict(name="ab_decode_b4_k32768_fp8_mma_n32s4", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 4,
-             k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=dict(tile_n=32, kv_stages=4)),
-        dict(name="ab_decode_b64_k8192_fp8_mma_n32s4", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
-             k_lens=[8192] * 64, page_size=64, descale=True, config=dict(tile_n=32, kv_stages=4)),
-        dict(name="perf_prefill8192_causal_fp8_dequant", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
-             causal=True, page_size=64, descale=True),
-        dict(name="perf_decode_b64_k8192_fp8_dequant", kind="perf", kv="fp8", q_lens=[1] * 64, k_lens=[8192] * 64,
-             page_size=64, descale=True),
-        dict(name="ab_prefill8192_causal_fp8_mma_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
-             k_lens=[8192], causal=True, page_size=64, descale=True, config=QK_PROMOTED),
-        dict(name="ab_decode_b64_k8192_fp8_mma_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
-             k_lens=[8192] * 64, page_size=64, descale=True, config=QK_PROMOTED),
-        dict(name="ab_decode_b4_k32768_fp8_mma_split_qkpromote", kind="perf", kernel="fp8_mma", kv="fp8",
-             q_lens=[1] * 4, k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=QK_PROMOTED),
-        dict(name="ab_prefill8192_causal_fp8_dequant_qregs0", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
-             causal=True, page_size=64, descale=True, config=dict(q_reg_steps=0)),
-        dict(name="ab_decode_b64_k8192_fp8_dequant_qregs0", kind="perf", kv="fp8", q_lens=[1] * 64,
-             k_lens=[8192] * 64, page_size=64, descale=True, config=dict(q_reg_steps=0)),
-        dict(name="ab_prefill8192_causal_fp8_mma_splitd", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
-             k_lens=[8192], causal=True, page_size=64, descale=True, config=SPLIT_D),
-        dict(name="ab_decode_b64_k8192_fp8_mma_pingpong", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
-             k_lens=[8192] * 64, page_size=64, descale=True, config=PINGPONG),
-        dict(name="ab_decode_b4_k32768_fp8_mma_split_pingpong", kind="perf", kernel="fp8_mma", kv="fp8",
-             q_lens=[1] * 4, k_lens=[32768] * 4, page_size=64, descale=True, splits="plan", config=PINGPONG),
-        dict(name="ab_prefill8192_causal_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[8192],
-             k_lens=[8192], causal=True, page_size=64, descale=True, config=PROMOTED),
-        dict(name="ab_decode_b64_k8192_fp8_mma_promoted", kind="perf", kernel="fp8_mma", kv="fp8", q_lens=[1] * 64,
-             k_lens=[8192] * 64, page_size=64, descale=True, config=PROMOTED),
+        _prefill8k("perf_prefill8192_causal_fp8_mma", **mma),
+        _decode("perf_decode_b64_k8192_fp8_mma", 64, 8192, **mma),
+        _decode("perf_decode_b4_k32768_fp8_mma_split", 4, 32768, **split),
+        _decode("ab_decode_b4_k32768_fp8_mma_n32s4", 4, 32768, **split, config=n32),
+        _decode("ab_decode_b64_k8192_fp8_mma_n32s4", 64, 8192, **mma, config=n32),
+        _prefill8k("perf_prefill8192_causal_fp8_dequant"),
+        _decode("perf_decode_b64_k8192_fp8_dequant", 64, 8192),
+        _prefill8k("ab_prefill8192_causal_fp8_mma_qkpromote", **mma, config=QK_PROMOTED),
+        _decode("ab_decode_b64_k8192_fp8_mma_qkpromote", 64, 8192, **mma, config=QK_PROMOTED),
+        _decode("ab_decode_b4_k32768_fp8_mma_split_qkpromote", 4, 32768, **split, config=QK_PROMOTED),
+        _prefill8k("ab_prefill8192_causal_fp8_dequant_qregs0", config=no_qregs),
+        _decode("ab_decode_b64_k8192_fp8_dequant_qregs0", 64, 8192, config=no_qregs),
+        _prefill8k("ab_prefill8192_causal_fp8_mma_splitd", **mma, config=SPLIT_D),
+        _decode("ab_decode_b64_k8192_fp8_mma_pingpong", 64, 8192, **mma, config=PINGPONG),
+        _decode("ab_decode_b4_k32768_fp8_mma_split_pingpong", 4, 32768, **split, config=PINGPONG),
+        _prefill8k("ab_prefill8192_causal_fp8_mma_promoted", **mma, config=PROMOTED),
+        _decode("ab_decode_b64_k8192_fp8_mma_promoted", 64, 8192, **mma, config=PROMOTED),
     ]
 
 
@@ -263,10 +262,8 @@ def perf_cases(ab: bool) -> list[dict]:
         dict(name="perf_decode_b64_k8192_bf16", kind="perf", q_lens=[1] * 64, k_lens=[8192] * 64, page_size=64),
         dict(name="perf_decode_b4_k32768_split", kind="perf", q_lens=[1] * 4, k_lens=[32768] * 4, page_size=64,
              splits=16),
-        dict(name="perf_prefill8192_causal_fp8_dequant", kind="perf", kv="fp8", q_lens=[8192], k_lens=[8192],
-             causal=True, page_size=64, descale=True),
-        dict(name="perf_decode_b64_k8192_fp8_dequant", kind="perf", kv="fp8", q_lens=[1] * 64, k_lens=[8192] * 64,
-             page_size=64, descale=True),
+        _prefill8k("perf_prefill8192_causal_fp8_dequant"),
+        _decode("perf_decode_b64_k8192_fp8_dequant", 64, 8192),
         dict(name="launch_overhead", kind="overhead"),
     ]
     if ab:
