@@ -74,6 +74,13 @@ DTYPES = ("bf16", "f16")
 DESCALE_NAMES = ("q", "k", "v")
 
 
+# fp8_mma softmax numerics, shared with their emulation (fa512.emulation): P = exp2(s * scale -
+# max + P_OFFSET_FP8) lies in [0, 2^8] before its e4m3 conversion, so small probabilities
+# survive it (min subnormal 2^-9: P down to ~2^-18 of the row max rounds to nonzero, 2^-10
+# without the offset).
+P_OFFSET_FP8 = 8.0
+E4M3_MAX = 448.0
+
 _SMALL_ALIGN = {"barriers": 8, "sQscale": 16}  # unswizzled buffers; the rest are 1 KB aligned
 
 
@@ -217,6 +224,11 @@ class Sm90FwdConfig:
     def out_dtype(self) -> str:
         """dtype the kernel writes: fp32 partials with splits, else q_dtype."""
         return "f32" if self.split else self.q_dtype
+
+    @property
+    def p_offset(self) -> float:
+        """log2 offset of P before the P.V operand conversion (e4m3 only, `P_OFFSET_FP8`)."""
+        return P_OFFSET_FP8 if self.mma_path == "fp8_mma" else 0.0
 
     @property
     def is_paged(self) -> bool:
@@ -478,7 +490,7 @@ def default_config(
     ).with_split(split)
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "DEQUANT_Q_REG_STEPS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 

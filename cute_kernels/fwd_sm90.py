@@ -140,8 +140,6 @@ class FlashFwdSm90:
         self.qk_promote = config.qk_promote  # fp8_mma: QK's two k halves into separate accumulators
         # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
         self.k_early = self.path.needs_staging and self.split_d
-        # log2 offset of P before its e4m3 conversion (fa512.emulation.P_OFFSET_LOG2)
-        self.p_offset = 8.0 if self.fp8_mma else 0.0
 
     def _runs(self, stage: str) -> bool:
         """Whether the diagnostic cut ``cfg.stage`` includes ``stage`` (compile-time)."""
@@ -630,7 +628,7 @@ class FlashFwdSm90:
             qk_descale = qk_descale * mKDescale[batch, kv_head]
         if const_expr(mVDescale is not None):
             v_descale = mVDescale[batch, kv_head]
-        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2, self.p_offset)
+        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2, self.cfg.p_offset)
         softmax.reset()
         row_scale = cute.make_rmem_tensor(2, Float32)
         row_scale.fill(1.0)

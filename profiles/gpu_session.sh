@@ -19,7 +19,8 @@ smoke="python3 profiles/gpu_mma16_smoke.py --timeout 240 --kernel-timeout 30"
 for step in "$@"; do
   case $step in
     dump)        mkdir -p "$OUT/dump"; run dump 200 python3 profiles/fp8_dump.py "$OUT/dump" ;;
-    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_call_cache.py tests/test_host_overhead.py -rs ;;
+    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_call_cache.py tests/test_host_overhead.py tests/test_native.py -rs ;;
+    native_tests) run native_tests 300 python3 -m pytest -q tests/test_native.py -rs ;;
     probes)      run probes 300 python3 -m pytest -q -m gpu tests/test_fp8_operands.py -rs ;;
     diag_fp8)    run diag_fp8 400 $smoke --diag --case fp8_mma --out "$OUT/diag_fp8" ;;
     fp8_quick)   run fp8_quick 500 $smoke --fp8 --quick --no-perf --out "$OUT/fp8_quick" ;;
@@ -30,6 +31,10 @@ for step in "$@"; do
     perf8_*)     # FP8-suite timings by name substrings joined with '-': perf8_<a>-<b>-...
       run "$step" 400 $smoke --fp8 --perf-only --case "$(echo "${step#perf8_}" | tr - ,)" --out "$OUT/$step" ;;
     perf_mma16)  run perf_mma16 400 $smoke --perf-only --out "$OUT/perf_mma16" ;;
+    perf16_*)    # mma16-suite timings (A/B cases included) by name substrings joined with '-'
+      run "$step" 400 $smoke --perf-only --ab --case "$(echo "${step#perf16_}" | tr - ,)" --out "$OUT/$step" ;;
+    mma16case_*) # mma16 correctness cases by name substring: mma16case_<substring>
+      run "$step" 300 $smoke --no-perf --case "${step#mma16case_}" --out "$OUT/$step" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 31 --calls 200 ;;

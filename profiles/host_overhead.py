@@ -1,4 +1,4 @@
-"""Host launch overhead of one warm eager call served by the mma16 kernel.
+"""Host launch overhead of one warm eager call served by the SM90 kernels (mma16, fp8_mma).
 
 Run from the repository root on an SM90 GPU (CuTe DSL installed; FA512_CACHE_DIR set so the
 kernels load from the disk cache)::
@@ -44,6 +44,8 @@ CASES = {
     "decode_fp8": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.float8_e4m3fn, page_size=64),
     "decode_fp8_descale": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.float8_e4m3fn, page_size=64,
                                descale=True),
+    "decode_fp8_mma": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.float8_e4m3fn, page_size=64,
+                           descale=True, kernel="fp8_mma"),
     "decode_bf16": dict(batch=64, q_len=1, k_len=8192, kv_dtype=torch.bfloat16, page_size=64),
     "decode_bf16_splits": dict(batch=4, q_len=1, k_len=8192, kv_dtype=torch.bfloat16, page_size=64, num_splits=8),
     "prefill_causal": dict(batch=1, q_len=8192, k_len=8192, kv_dtype=torch.bfloat16, page_size=0, causal=True),
@@ -61,7 +63,7 @@ def make_call(case: dict, device: str, hq: int = 32, hkv: int = 4) -> tuple:
     kw = dict(
         cu_seqlens_q=torch.arange(0, b * lq + 1, lq, **i32), seqused_k=torch.full((b,), lk, **i32),
         max_seqlen_q=lq, max_seqlen_k=lk, softmax_scale=1.0, causal=case.get("causal", False),
-        num_splits=case.get("num_splits", 0), kernel="mma16",
+        num_splits=case.get("num_splits", 0), kernel=case.get("kernel", "mma16"),
     )
     if ps:
         pages = b * (-(-lk // ps))
@@ -86,30 +88,58 @@ def op_args(q, k, v, out, kw) -> tuple:
 
 
 class StubKernel:
-    """Stands in for a compiled tvm-ffi function: records its calls, runs nothing."""
+    """Stands in for a compiled tvm-ffi function: records its calls, runs nothing.
 
-    def __init__(self, name: str):
+    ``last_args`` are the arguments as received; ``last_desc`` describes each while the call
+    runs (tensors as (shape, strides, dtype, data_ptr); the tvm-ffi form's tensor arguments are
+    views that do not outlive the call)."""
+
+    def __init__(self, name: str, describe: bool = False):
         self.name = name
+        self.describe = describe  # off for the timings (it costs more than the launch path)
         self.calls = 0
         self.last_args: Optional[tuple] = None
+        self.last_desc: Optional[list] = None
 
     def __call__(self, *args):
         self.calls += 1
         self.last_args = args
+        if self.describe:
+            self.last_desc = [describe_arg(a) for a in args]
+
+    def ffi(self):
+        """The stub as a tvm-ffi function, callable from C++ like a compiled kernel."""
+        import tvm_ffi
+
+        return tvm_ffi.convert(self)
+
+
+def describe_arg(a):
+    """A kernel argument as plain data: tensors (torch or tvm-ffi) by metadata and address; a
+    stream handle (ctypes pointer from C++) as the int the Python path passes."""
+    if hasattr(a, "shape") and hasattr(a, "dtype"):
+        strides = a.stride() if isinstance(a, torch.Tensor) else a.strides
+        return ("tensor", tuple(a.shape), tuple(strides), str(a.dtype).replace("torch.", ""), a.data_ptr())
+    if type(a).__name__ == "c_void_p":
+        return ("int", a.value or 0)
+    return (type(a).__name__, a)
 
 
 @contextlib.contextmanager
-def stubbed():
+def stubbed(ffi: bool = False):
     """Make the mma16 launch path runnable on CPU tensors (see the module docstring).
 
-    Yields {"fwd": StubKernel, "combine": StubKernel}; the fa512 caches are cleared on entry
-    and exit so no launcher holding a stub outlives the block.
+    Yields {"fwd": StubKernel, "combine": StubKernel}; the fa512 caches (and the native warm
+    call's signatures) are cleared on entry and exit so no launcher holding a stub outlives the
+    block. ``ffi``: the kernels are the stubs as tvm-ffi functions, so the native warm call
+    (`fa512.native`) can launch them.
     """
-    from fa512 import call_cache, compile_cache
+    from fa512 import call_cache, compile_cache, native
     from fa512.backends import BACKENDS
     from fa512.dispatch import Target
 
-    stubs = {"fwd": StubKernel("fwd"), "combine": StubKernel("combine")}
+    stubs = {"fwd": StubKernel("fwd", describe=ffi), "combine": StubKernel("combine", describe=ffi)}
+    kernels = {name: (stub.ffi() if ffi else stub) for name, stub in stubs.items()}
     h200 = Target("cuda", (9, 0), 132)
     saved = [
         (call_cache, "target_of", call_cache.target_of),
@@ -118,14 +148,16 @@ def stubbed():
         (torch._C, "_cuda_getCurrentRawStream", getattr(torch._C, "_cuda_getCurrentRawStream", None)),
     ]
     call_cache.target_of = lambda device: h200
-    compile_cache.get_kernel = lambda spec, target_arch=None: stubs[spec.kind]
+    compile_cache.get_kernel = lambda spec, target_arch=None: kernels[spec.kind]
     BACKENDS["mma16"].unavailable = lambda: None
     torch._C._cuda_getCurrentRawStream = lambda index: 0
     call_cache.clear()
+    native.clear()
     try:
         yield stubs
     finally:
         call_cache.clear()
+        native.clear()
         for obj, name, value in saved:
             if value is None:
                 if name in vars(obj):
@@ -194,12 +226,13 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
     """us per warm call of each piece of the `fa512.attention` path (best of 5 rounds): the
     signature, the launcher lookup, the backend launch, the compiled function alone, and the
     torch pieces a launch uses. Where the pieces add up to less than ``run``, the rest is glue."""
-    from fa512 import call_cache, op
+    from fa512 import call_cache, native, op
 
     q, k, v, kw = make_call(CASES[case], device)
     out = torch.empty_like(q)
     args = op_args(q, k, v, out, kw)
     op.run(args)
+    op.run(args)  # the first call registers the signature with the native warm call
     launcher, fargs = call_cache.lookup(args)
     state = launcher.launch_state
     fwd = state[0] if state else None
@@ -217,8 +250,19 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
         cfg = launcher.config.with_split(False).with_(stage="launch")
         launch_only = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
     small = torch.zeros(16, device=q.device)
+    mod = native.loaded()
+
+    def python_path():
+        saved, native._module = native._module, None
+        try:
+            op.run(args)
+        finally:
+            native._module = saved
+
     pieces = {
         "run (whole eager op body)": lambda: op.run(args),
+        "native warm call alone (C++, fa512.native)": (lambda: mod.run(args)) if mod else None,
+        "run on the Python path (native off)": python_path if mod else None,
         "reference: small.add_(1) (one torch kernel launch)": lambda: small.add_(1),
         "signature": lambda: call_cache._signature(args),
         "lookup (signature + dict + overlap + args)": lambda: call_cache.lookup(args),
@@ -269,8 +313,11 @@ def main(argv=None) -> int:
     stub = args.stub or not torch.cuda.is_available()
     device = "cpu" if stub else "cuda"
     cases = args.case or list(CASES)
+    from fa512 import native
+
+    why = native.unavailable()  # builds the extension here, outside the timed loops
     print(f"# {'stubbed kernel, CPU tensors' if stub else torch.cuda.get_device_name()}; torch {torch.__version__}; "
-          f"{args.repeats} rounds x {args.calls} calls")
+          f"{args.repeats} rounds x {args.calls} calls; native warm call: {why or 'on'}")
     rows = []
     if args.breakdown:
         with stubbed() if stub else contextlib.nullcontext():

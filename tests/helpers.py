@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_profile(name: str):
+    """A script of profiles/ as a module (they are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "profiles", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 D = 512
 

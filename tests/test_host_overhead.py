@@ -1,24 +1,18 @@
 """profiles/host_overhead.py: its stubbed run is the mma16 warm path (launcher + launch state)."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 import torch
 
 import fa512
 from fa512 import call_cache, op
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import load_profile
 
 
 @pytest.fixture(scope="module")
 def ho():
-    spec = importlib.util.spec_from_file_location("host_overhead", os.path.join(ROOT, "profiles", "host_overhead.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_profile("host_overhead")
 
 
 def _small(ho, **over):

@@ -9,7 +9,7 @@ import torch
 
 from .dispatch import Plan, Target, make_plan, target_of
 from .errors import arg_error
-from .op import run
+from .op import run_call
 from .validate import HEAD_DIM, validate
 
 DEFAULT_SOFTMAX_SCALE = 1.0 / math.sqrt(HEAD_DIM)
@@ -136,17 +136,19 @@ def attention(
         max_seqlen_q, max_seqlen_k, softmax_scale = default_bounds(
             q, k, page_table, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale
         )
-    if out is None:
-        if not isinstance(q, torch.Tensor):
-            raise arg_error(TypeError, "q", type(q).__name__, "a torch.Tensor")
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
     call = (
         q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
     )
-    # Eager calls skip the dispatcher (fa512.op says why); torch.compile needs the op itself.
-    lse = torch.ops.fa512.fwd(*call) if torch.compiler.is_compiling() else run(call)
-    return out, lse
+    # Eager calls skip the dispatcher (fa512.op says why) and allocate out there when it is
+    # None (in C++ on the native warm call); torch.compile needs the op itself.
+    if torch.compiler.is_compiling():
+        if out is None:
+            if not isinstance(q, torch.Tensor):
+                raise arg_error(TypeError, "q", type(q).__name__, "a torch.Tensor")
+            out = torch.empty_like(q, memory_format=torch.contiguous_format)
+        return out, torch.ops.fa512.fwd(*call[:3], out, *call[4:])
+    return run_call(call)
 
 
 def plan(

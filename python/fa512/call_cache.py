@@ -1,4 +1,4 @@
-"""Warm-call fast path: one `Launcher` per call signature.
+"""Warm-call fast path: one `Launcher` per call signature (its C++ form: `fa512.native`).
 
 Everything `validate` and `make_plan` decide depends only on the tensors' shapes, strides,
 dtypes and devices and on the host scalars. The first call with a signature validates, plans and
@@ -44,7 +44,7 @@ class Launcher:
 
     __slots__ = (
         "plan", "problem", "config", "num_splits", "kernel", "record", "launch", "extents",
-        "descale_modes", "descale_views", "launch_state", "fast",
+        "descale_modes", "descale_views", "launch_state", "fast", "native_state",
     )
 
     def __init__(self, plan: Plan, extents: tuple):
@@ -64,6 +64,8 @@ class Launcher:
         # Optional warm launch on the raw call tuple (a backend sets it on its first launch):
         # it skips building FwdArgs and re-reading the launch state (`Mma16Backend`).
         self.fast = None
+        # What the native warm call needs (`fa512.native.launch_spec`; set with ``fast``).
+        self.native_state = None
 
     def descale(self, t: Optional[torch.Tensor], mode: Optional[str]) -> Optional[torch.Tensor]:
         """The (B, Hkv) view of ``t`` for a "scalar" or "per_head" ``mode``; made once per tensor

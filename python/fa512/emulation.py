@@ -50,14 +50,16 @@ from typing import Optional, Union
 
 import torch
 
+from cute_kernels.config import E4M3_MAX, P_OFFSET_FP8
+
 from .errors import arg_error
 from .reference import _gather_kv, _visible, merge_partials, split_key_ranges
 from .validate import FwdArgs, Problem
 
-E4M3_MAX = 448.0
-# log2 offset added to P before its e4m3 conversion in fa512_fp8: P in [0, 2^8], so only
-# P < ~2^-18 of the row max rounds to 0 (2^-10 without the offset); see design notes sec. 2.
-P_OFFSET_LOG2 = 8.0
+# The kernel's constants (cute_kernels.config, pure Python): e4m3's largest finite value and the
+# log2 offset added to P before its e4m3 conversion in fa512_fp8 (P in [0, 2^8], so only
+# P < ~2^-18 of the row max rounds to 0, 2^-10 without it; see design notes sec. 2).
+P_OFFSET_LOG2 = P_OFFSET_FP8
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
 # The acc_bits model of FP8 wgmma accumulation works in steps of this many k (the instruction's

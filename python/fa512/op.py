@@ -9,6 +9,8 @@ Schema (``out`` is written in place; only the lse is returned, as a fresh tensor
                Tensor? k_descale, Tensor? v_descale, SymInt num_splits, str kernel) -> Tensor
 
 The raw op needs every argument; `fa512.attention` fills defaults and allocates ``out``.
+Once `fa512.native` is loaded, its C++ kernel serves the op on CUDA tensors (registered
+signatures launch in C++, anything else calls `fwd_impl`).
 The op is opaque to torch.compile (its fake only validates shapes and builds the lse), and its
 body does no host synchronisation on the kernel paths, so it can be captured in a CUDA graph.
 """
@@ -19,8 +21,10 @@ from typing import Optional
 
 import torch
 
+from . import native
 from .backends import BACKENDS
 from .call_cache import lookup
+from .errors import arg_error
 from .dispatch import make_plan, target_of
 from .validate import debug_checks, debug_enabled, validate
 
@@ -38,17 +42,49 @@ last_launch: dict = {}
 
 def run(call: tuple) -> torch.Tensor:
     """The op's body on its 19 arguments in schema order: validate -> plan -> launch; returns lse."""
+    return run_call(call)[1]
+
+
+def run_call(call: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) for the op's 19 arguments; ``out`` (``call[3]``) may be None, and is then
+    allocated like q (contiguous), as `fa512.attention` does.
+
+    A signature served before goes through the native warm call when it is loaded
+    (`fa512.native`); otherwise `fa512.call_cache` (validate and plan once per signature), and
+    the signature is then registered with the native side.
+    """
+    fast = native.loaded()
+    hit = None
+    if fast is not None:  # declines (None) under FA512_DEBUG
+        hit = fast.run(call)
+        if hit:
+            return hit
     if debug_enabled():
+        call = _with_out(call)
         problem, args = validate(*call)
         debug_checks(problem, args, call[7], call[9])
         plan = make_plan(problem, target_of(args.q.device), call[18], call[17])
         last_launch.update(kernel=plan.kernel, num_splits=plan.num_splits, config=plan.config)
-        return BACKENDS[plan.kernel].launch(plan, args, call[3])
-    launcher, args = lookup(call, allow_fast=True)
+        return call[3], BACKENDS[plan.kernel].launch(plan, args, call[3])
+    full = _with_out(call)
+    launcher, args = lookup(full, allow_fast=True)
     last_launch.update(launcher.record)
-    if args is None:
-        return launcher.fast(call)
-    return launcher.launch(launcher, args, call[3])
+    lse = launcher.fast(full) if args is None else launcher.launch(launcher, args, full[3])
+    # Unknown to the native side (None; False = known as Python only): register it, which
+    # builds the extension the first time a launch could use it.
+    if hit is None and (fast is not None or launcher.native_state is not None):
+        native.register(call, launcher, call[3] is None, last_launch)
+    return full[3], lse
+
+
+def _with_out(call: tuple) -> tuple:
+    """``call`` with its out allocated when it is None."""
+    if call[3] is not None:
+        return call
+    q = call[0]
+    if not isinstance(q, torch.Tensor):
+        raise arg_error(TypeError, "q", type(q).__name__, "a torch.Tensor")
+    return call[:3] + (torch.empty_like(q, memory_format=torch.contiguous_format),) + call[4:]
 
 
 def fwd_impl(

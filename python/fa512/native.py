@@ -1,0 +1,150 @@
+"""The native warm call: ``csrc/fast_call.cpp`` as a torch extension, used by `fa512.op`.
+
+A warm eager call whose signature the Python path has served before (validated, planned,
+launched: `fa512.call_cache`) is handled in C++: signature key, lookup, the out/q/k/v overlap
+check, DLTensor arguments (e4m3 K/V as uint8, descales as (B, Hkv) broadcasts: no torch view
+ops), the lse / split workspace allocation and the tvm-ffi calls of the compiled kernels. The
+Python path registers each signature after serving it (`register`): SM90 CuTe DSL launches
+with everything they need, any other signature as "Python only".
+
+The extension also registers the CUDA kernel of ``torch.ops.fa512.fwd``: a registered
+signature launches there without entering Python; any other call runs the op's Python body
+(`fa512.op.fwd_impl`), which registers it.
+
+Build: the first `module()` call in a process (the first time an SM90 launch could use it)
+compiles the extension with ``torch.utils.cpp_extension.load`` into
+``$FA512_CACHE_DIR/native/<hash of source, torch, python, tvm-ffi>`` (~15 s, once; later
+processes load the cached library, and concurrent builders wait on the build directory's
+lock). It needs a C++ compiler and ninja. ``FA512_NATIVE_LIB=<path>`` loads a library built
+ahead of time instead (``CMakeLists.txt``). Without a compiler, in a wheel without ``csrc/``,
+or with ``FA512_NATIVE=0``, fa512 stays on the Python path and `unavailable()` says why (a
+failed build also warns once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Optional
+
+SOURCE = Path(__file__).resolve().parents[2] / "csrc" / "fast_call.cpp"
+_DESCALE_MODE_CODES = {None: 0, "scalar": 1, "per_head": 2}  # fast_call.cpp DescaleMode
+
+_module = None
+_reason: Optional[str] = None
+_tried = False
+
+
+def _build_dir(torch_version: str, tvm_ffi_version: str) -> Path:
+    from .compile_cache import cache_dir
+
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{torch_version}|{sys.version_info[:2]}|{tvm_ffi_version}".encode())
+    return cache_dir() / "native" / h.hexdigest()[:16]
+
+
+def _load():
+    import tvm_ffi
+    import torch
+    from torch.utils import cpp_extension
+
+    root = Path(tvm_ffi.__file__).resolve().parent
+    libdir = root / "lib"
+    build = _build_dir(torch.__version__, getattr(tvm_ffi, "__version__", "?"))
+    build.mkdir(parents=True, exist_ok=True)
+    return cpp_extension.load(
+        name="fa512_native",
+        sources=[str(SOURCE)],
+        extra_include_paths=[str(root / "include")],
+        extra_cflags=["-O2"],
+        extra_ldflags=[f"-L{libdir}", "-ltvm_ffi", f"-Wl,-rpath,{libdir}"],
+        build_directory=str(build),
+        with_cuda=False,
+        verbose=False,
+    )
+
+
+def _load_prebuilt(path: str):
+    """A library built ahead of time (CMakeLists.txt) instead of the first-use build."""
+    import importlib.machinery
+    import importlib.util
+
+    import tvm_ffi  # noqa: F401  (loads libtvm_ffi, which the library links)
+    import torch  # noqa: F401
+
+    loader = importlib.machinery.ExtensionFileLoader("fa512_native", path)
+    spec = importlib.util.spec_from_file_location("fa512_native", path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def module():
+    """The extension module, built or loaded on first use; None when unavailable."""
+    global _module, _reason, _tried
+    if _tried:
+        return _module
+    _tried = True
+    if os.environ.get("FA512_NATIVE", "1") == "0":
+        _reason = "FA512_NATIVE=0"
+    elif not os.environ.get("FA512_NATIVE_LIB") and not SOURCE.is_file():
+        _reason = f"{SOURCE} not found (installed without csrc/; see FA512_NATIVE_LIB)"
+    else:
+        try:
+            prebuilt = os.environ.get("FA512_NATIVE_LIB")
+            _module = _load_prebuilt(prebuilt) if prebuilt else _load()
+            from .op import fwd_impl
+
+            _module.set_python_fwd(fwd_impl)  # what the op's CUDA entry runs for other calls
+        except Exception as exc:  # a missing compiler / ninja / header: the Python path serves
+            _reason = f"build failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+            warnings.warn(f"fa512: native warm call unavailable ({_reason}); using the Python path", stacklevel=2)
+    return _module
+
+
+def loaded():
+    """The extension module if this process has loaded it, else None (never builds)."""
+    return _module
+
+
+def unavailable() -> Optional[str]:
+    """Why the native warm call is off, or None when it serves."""
+    module()
+    return _reason
+
+
+def launch_spec(launcher, alloc_out: bool, last_launch: dict) -> Optional[tuple]:
+    """What `register` hands to C++ for a launcher whose backend kept a launch state
+    (`fa512.cute_backend.Mma16Backend`); None for any other launcher (Python only)."""
+    native_state = getattr(launcher, "native_state", None)
+    if native_state is None:
+        return None
+    fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape = native_state
+    if not all(hasattr(f, "__chandle__") for f in (fwd, combine) if f is not None):
+        return None  # not tvm-ffi functions (e.g. FA512_NO_DISK_CACHE's in-memory DSL objects)
+    modes = tuple(_DESCALE_MODE_CODES[m] for m in launcher.descale_modes)
+    problem = launcher.problem
+    return (
+        fwd, combine, float(scalars[0]), tuple(int(x) for x in scalars[1:]), bool(kv_fp8), bool(alloc_out),
+        tuple(lse_shape), tuple(o_part_shape), tuple(lse_part_shape), modes,
+        (int(problem.batch), int(problem.num_kv_heads)), tuple(int(x) for x in launcher.extents),
+        launcher.record, last_launch,
+    )
+
+
+def register(call: tuple, launcher, alloc_out: bool, last_launch: dict) -> None:
+    """Remember ``call``'s signature: its launch (SM90 CuTe DSL launchers) or "Python only"."""
+    mod = module()
+    if mod is not None:
+        mod.register(call, launch_spec(launcher, alloc_out, last_launch) if launcher is not None else None)
+
+
+def clear() -> None:
+    if _module is not None:
+        _module.clear()
+
+
+__all__ = ["module", "loaded", "unavailable", "register", "launch_spec", "clear", "SOURCE"]

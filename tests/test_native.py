@@ -1,0 +1,241 @@
+"""The native warm call (csrc/fast_call.cpp, fa512.native): it launches what the Python path
+launches, declines what it must leave to Python, and (GPU) gives bit-identical results."""
+
+import os
+
+import pytest
+import torch
+
+import fa512
+from fa512 import call_cache, native, op
+from helpers import load_profile
+
+
+@pytest.fixture(scope="module")
+def mod():
+    m = native.module()
+    if m is None:
+        pytest.skip(f"native warm call unavailable: {native.unavailable()}")
+    return m
+
+
+@pytest.fixture(scope="module")
+def ho():
+    return load_profile("host_overhead")
+
+
+def _python_path(monkeypatch):
+    """Run the next calls on the Python path (the native module looks unloaded)."""
+    monkeypatch.setattr(native, "_module", None)
+
+
+CASES = {
+    # fp8 KV (uint8 reinterpretation), scalar and per-head descales (stride-0 (B, Hkv) views)
+    "fp8_descales": dict(kv_dtype=torch.float8_e4m3fn, descale=True, num_splits=1),
+    # split partials in fp32 workspaces, then the combine kernel
+    "bf16_splits": dict(kv_dtype=torch.bfloat16, descale=False, num_splits=3),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("given_out", [False, True])
+def test_native_launch_passes_what_the_python_launch_passes(mod, ho, monkeypatch, name, given_out):
+    with ho.stubbed(ffi=True) as stubs:
+        case = dict(ho.CASES["decode_fp8_descale"], batch=3, k_len=256, **CASES[name])
+        q, k, v, kw = ho.make_call(case, "cpu")
+        if case["descale"]:
+            kw["q_descale"] = torch.tensor(2.0)  # scalar mode next to the per-head k/v descales
+        out = torch.empty_like(q) if given_out else None
+        fa512.attention(q, k, v, **kw, out=out)  # cold: Python path, then registered
+        assert mod.size() == 1
+        before = mod.launches()
+        out_n, lse_n = fa512.attention(q, k, v, **kw, out=out)  # warm: native
+        assert mod.launches() == before + 1 and op.last_launch["kernel"] == "mma16"
+        native_calls = {n: (s.calls, s.last_desc) for n, s in stubs.items()}
+        with monkeypatch.context() as m:
+            _python_path(m)
+            out_p, lse_p = fa512.attention(q, k, v, **kw, out=out)
+        assert mod.launches() == before + 1
+        # Same arguments, position by position, and the same data pointers for the inputs (fwd:
+        # q, k, v, the metadata and descales; combine: cu_seqlens_q) and a given out.
+        inputs = {"fwd": {0, 1, 2, 5, 6, 7, 8, 9, 10, 11}, "combine": {4}}
+        if given_out:
+            inputs["combine" if stubs["combine"].calls else "fwd"].add(2 if stubs["combine"].calls else 3)
+        for n, s in stubs.items():
+            calls, desc = native_calls[n]
+            assert s.calls == calls + (calls > 0)  # the Python-path call adds one to each kernel used
+            if not calls:
+                continue
+            assert len(desc) == len(s.last_desc)
+            for i, (a, b) in enumerate(zip(desc, s.last_desc)):
+                if a[0] == "tensor":
+                    assert a[1:4] == b[1:4], (n, i)
+                    if i in inputs[n]:
+                        assert a[4] == b[4], (n, i)
+                else:
+                    assert a == b, (n, i)
+        assert out_n.shape == q.shape and out_n.is_contiguous() and lse_n.shape == lse_p.shape
+        if given_out:
+            assert out_n is out
+
+
+def test_kernel_arguments_by_position(mod, ho):
+    with ho.stubbed(ffi=True) as stubs:
+        q, k, v, kw = ho.make_call(dict(ho.CASES["decode_fp8_descale"], batch=3, k_len=256, num_splits=1), "cpu")
+        for _ in range(2):
+            out, lse = fa512.attention(q, k, v, **kw)
+        assert mod.launches() >= 1
+        a = stubs["fwd"].last_desc
+        assert a[0] == ("tensor", tuple(q.shape), tuple(q.stride()), "bfloat16", q.data_ptr())
+        assert a[1][3:] == ("uint8", k.data_ptr()) and a[2][3:] == ("uint8", v.data_ptr())
+        assert a[3][4] == out.data_ptr() and a[4][1:4] == ((32, 3), (3, 1), "float32") and a[4][4] == lse.data_ptr()
+        assert a[9] == ("NoneType", None) and a[10][1:3] == ((3, 4), (0, 1))  # per-head k descale as (B, Hkv)
+        assert [x[1] for x in a[12:19]] == [1.0, 1 << 30, 1 << 30, 1, 1, 0, 0]  # scalars, then a null stream
+
+
+def test_unknown_changed_and_python_only_signatures(mod, ho):
+    with ho.stubbed(ffi=True):
+        q, k, v, kw = ho.make_call(dict(ho.CASES["decode_fp8_descale"], batch=3, k_len=256, num_splits=1), "cpu")
+        call = ho.op_args(q, k, v, None, kw)
+        assert mod.run(call) is None  # never seen
+        fa512.attention(q, k, v, **kw)
+        assert isinstance(mod.run(call), tuple)
+        assert mod.run(call[:11] + (not call[11],) + call[12:]) is None  # causal flipped
+        assert mod.run(call[:7] + (float(call[7]),) + call[8:]) is None  # a float where an int was
+        assert mod.run(call[:17] + (2,) + call[18:]) is None  # another split count
+        q2, k2, v2, kw2 = ho.make_call(dict(ho.CASES["decode_fp8_descale"], batch=4, k_len=256, num_splits=1), "cpu")
+        assert mod.run(ho.op_args(q2, k2, v2, None, kw2)) is None  # another batch
+    # a signature served by another kernel (reference, CPU) is registered as Python only
+    q, k, v, kw = ho.make_call(dict(ho.CASES["decode_bf16"], batch=2, k_len=64), "cpu")
+    kw["kernel"] = "reference"
+    for _ in range(2):
+        out, lse = fa512.attention(q, k, v, **kw)
+    assert mod.run(ho.op_args(q, k, v, None, kw)) is False and op.last_launch["kernel"] == "reference"
+
+
+def test_fa512_debug_takes_the_python_path(mod, ho, monkeypatch):
+    with ho.stubbed(ffi=True) as stubs:
+        q, k, v, kw = ho.make_call(dict(ho.CASES["decode_bf16"], batch=2, k_len=64, num_splits=1), "cpu")
+        for _ in range(2):
+            fa512.attention(q, k, v, **kw)
+        call = ho.op_args(q, k, v, None, kw)
+        monkeypatch.setenv("FA512_DEBUG", "1")
+        assert mod.run(call) is None  # declined: op.run_call then runs the debug checks
+        monkeypatch.setenv("FA512_DEBUG", "0")
+        before = stubs["fwd"].calls
+        assert isinstance(mod.run(call), tuple) and stubs["fwd"].calls == before + 1
+
+
+def test_misaligned_or_overlapping_calls_get_the_python_error(mod, ho):
+    with ho.stubbed(ffi=True):
+        q, k, v, kw = ho.make_call(dict(ho.CASES["decode_bf16"], batch=2, k_len=64, num_splits=1), "cpu")
+        out = torch.empty_like(q)
+        for _ in range(2):
+            fa512.attention(q, k, v, **kw, out=out)
+        base = torch.empty(q.numel() + 8, dtype=q.dtype)
+        shifted = base[1:1 + q.numel()].view(q.shape)  # 2 bytes past a 16-byte boundary
+        assert shifted.stride() == q.stride()  # same signature, so the native side sees it
+        with pytest.raises(ValueError, match="16-byte aligned"):
+            fa512.attention(shifted, k, v, **kw, out=out)
+        with pytest.raises(ValueError, match="overlapping q"):
+            fa512.attention(q, k, v, **kw, out=q)
+
+
+# -- GPU: the real kernels -----------------------------------------------------------------
+def _gpu_case(kind: str):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    hq, hkv, d = 32, 4, 512
+    b, ps, keys = (4, 64, 3000)
+    pages = b * (-(-keys // ps))
+    kv_dtype = torch.float8_e4m3fn if kind != "bf16_split" else torch.bfloat16
+    q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = (torch.randn(pages, ps, hkv, d, device="cuda", generator=g) * 0.5).to(kv_dtype)
+    v = (torch.randn(pages, ps, hkv, d, device="cuda", generator=g) * 0.5).to(kv_dtype)
+    kw = dict(cu_seqlens_q=torch.arange(b + 1, device="cuda", dtype=torch.int32),
+              seqused_k=torch.tensor([keys, 17, 1000, 64], device="cuda", dtype=torch.int32),
+              page_table=torch.randperm(pages, device="cuda", generator=g).int().view(b, -1),
+              max_seqlen_q=1, max_seqlen_k=keys, softmax_scale=1.0 / 22.6)
+    if kind == "fp8_mma":
+        kw.update(kernel="fp8_mma", k_descale=torch.tensor(1.5, device="cuda"),
+                  v_descale=torch.full((hkv,), 0.75, device="cuda"))
+    elif kind == "dequant":
+        kw.update(kernel="mma16", k_descale=torch.tensor(1.5, device="cuda"))
+    else:
+        kw.update(kernel="mma16", num_splits=5)
+    return q, k, v, kw
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split"])
+def test_gpu_native_results_are_bit_identical(mod, monkeypatch, kind):
+    call_cache.clear()
+    native.clear()
+    q, k, v, kw = _gpu_case(kind)
+    fa512.attention(q, k, v, **kw)  # cold
+    before = mod.launches()
+    out_n, lse_n = fa512.attention(q, k, v, **kw)
+    assert mod.launches() == before + 1 and op.last_launch["kernel"] == kw["kernel"]
+    with monkeypatch.context() as m:
+        _python_path(m)
+        out_p, lse_p = fa512.attention(q, k, v, **kw)
+    torch.cuda.synchronize()
+    assert mod.launches() == before + 1
+    assert torch.equal(out_n, out_p) and torch.equal(lse_n, lse_p)
+    assert torch.isfinite(out_n).all()
+
+
+@pytest.mark.gpu
+def test_gpu_native_call_captures_in_a_cuda_graph(mod):
+    call_cache.clear()
+    native.clear()
+    q, k, v, kw = _gpu_case("bf16_split")
+    out = torch.empty_like(q)
+    fa512.attention(q, k, v, **kw, out=out)
+    want_out, want_lse = out.clone(), fa512.attention(q, k, v, **kw, out=out)[1].clone()
+    before = mod.launches()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = fa512.attention(q, k, v, **kw, out=out)
+    assert mod.launches() == before + 1  # captured through the native path
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+
+
+@pytest.mark.gpu
+def test_gpu_op_entry_launches_registered_signatures_and_falls_back_to_python(mod, monkeypatch):
+    # torch.ops.fa512.fwd on CUDA tensors reaches the extension's dispatcher entry: the first
+    # call runs the op's Python body (which registers the signature), later ones launch in C++.
+    call_cache.clear()
+    native.clear()
+    q, k, v, kw = _gpu_case("fp8_mma")
+    out = torch.empty_like(q)
+    args = (q, k, v, out, kw["page_table"], None, kw["cu_seqlens_q"], 1, kw["seqused_k"], kw["max_seqlen_k"],
+            kw["softmax_scale"], False, -1, -1, None, kw["k_descale"], kw["v_descale"], 0, "fp8_mma")
+    lse_cold = torch.ops.fa512.fwd(*args)
+    out_cold = out.clone()
+    before = mod.launches()
+    lse = torch.ops.fa512.fwd(*args)
+    torch.cuda.synchronize()
+    assert mod.launches() == before + 1 and op.last_launch["kernel"] == "fp8_mma"
+    assert torch.equal(lse, lse_cold) and torch.equal(out, out_cold)
+    bad = args[:12] + (-3,) + args[13:]  # window_left -3: the Python body's ValueError comes through
+    with pytest.raises(ValueError, match="window_left"):
+        torch.ops.fa512.fwd(*bad)
+    assert mod.launches() == before + 1
+
+
+def test_prebuilt_library_is_loaded_from_fa512_native_lib(mod, tmp_path):
+    # A library built ahead of time (CMakeLists.txt builds this same source) replaces the
+    # first-use build; a fresh process, since the extension registers an op kernel on load.
+    import subprocess
+    import sys
+
+    code = ("from fa512 import native; m = native.module(); "
+            "print(m.__file__, native.unavailable(), m.size())")
+    env = dict(os.environ, FA512_NATIVE_LIB=mod.__file__, FA512_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [mod.__file__, "None", "0"]
+    assert not (tmp_path / "native").exists()  # nothing was built
