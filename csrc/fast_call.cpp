@@ -434,6 +434,9 @@ void fwd_boxed(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
   Key key;
   Tensors tensors;
   if (!debug_requested() && ivalue_key(args, key, tensors)) {
+    // The entries are registered and cleared from Python: the GIL orders this lookup (and the
+    // entry's use) after them, whatever thread calls the op.
+    pybind11::gil_scoped_acquire gil;
     const Entry* e = find_entry(key);
     if (e != nullptr && !e->python_only) {
       at::Tensor out, lse;
@@ -441,10 +444,7 @@ void fwd_boxed(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
       Status status = launch(*e, tensors, out, lse, error);
       TORCH_CHECK(status != Status::kFailed, error);
       if (status == Status::kLaunched) {
-        {
-          pybind11::gil_scoped_acquire gil;
-          if (PyDict_Update(e->last_launch, e->record) != 0) throw python_error();
-        }
+        if (PyDict_Update(e->last_launch, e->record) != 0) throw python_error();
         torch::jit::drop(*stack, kNumArgs);
         torch::jit::push(*stack, std::move(lse));
         return;
