@@ -226,6 +226,13 @@ def test_gpu_op_entry_launches_registered_signatures_and_falls_back_to_python(mo
     assert mod.launches() == before + 1
 
 
+def test_cli_builds_and_reports(mod, capsys):
+    from fa512.__main__ import cli
+
+    assert cli(["native"]) == 0
+    assert capsys.readouterr().out.strip() == f"fa512 native warm call: on ({mod.__file__})"
+
+
 def test_prebuilt_library_is_loaded_from_fa512_native_lib(mod, tmp_path):
     # A library built ahead of time (CMakeLists.txt builds this same source) replaces the
     # first-use build; a fresh process, since the extension registers an op kernel on load.

@@ -15,6 +15,7 @@ COMMANDS = {
     "ab": ("fa512.tools.ab", "accuracy A/B of kernels and FP8 numeric designs vs float64"),
     "bench": ("fa512.tools.bench", "benchmark against ceilings measured in the same run (GPU)"),
     "compile": ("fa512.compile_cli", "compile every SM90 CuTe DSL variant (no GPU needed) and check its SASS"),
+    "native": ("fa512.native", "build (or load) the native warm call now and say where it is"),
 }
 
 

@@ -147,4 +147,18 @@ def clear() -> None:
         _module.clear()
 
 
+# -- python -m fa512 native: build (or load) it ahead of serving and say where it is ---------
+def add_arguments(p) -> None:
+    pass
+
+
+def main(args) -> int:
+    mod = module()
+    if mod is None:
+        print(f"fa512 native warm call: off ({unavailable()})")
+        return 1
+    print(f"fa512 native warm call: on ({mod.__file__})")
+    return 0
+
+
 __all__ = ["module", "loaded", "unavailable", "register", "launch_spec", "clear", "SOURCE"]
