@@ -8,11 +8,16 @@
 // and the (B, Hkv) descale broadcasts are just their dtype and strides), the lse (and split
 // workspace) allocation, and TVMFFIFunctionCall of the compiled kernels.
 //
-// The Python side registers each signature after its first (Python) call, with everything
-// the launch needs (`register`); `run` answers None for an unknown signature, False for one
-// registered as "Python only", and (out, lse) after launching. Anything unusual (a tensor
-// subclass, a scalar of another type, a misaligned pointer) answers None, and the Python path
-// handles it (and raises the error when there is one).
+// Two entry points share the signature table and the launch:
+// - `run(call)`, from fa512.op.run_call (eager `fa512.attention`): (out, lse) after launching,
+//   None for an unknown signature or a call it declines, False for one registered as "Python
+//   only";
+// - the CUDA kernel of torch.ops.fa512.fwd (`fwd_boxed`): launches a registered signature,
+//   and runs the op's Python body (fa512.op.fwd_impl) for anything else.
+// The Python side registers each signature after serving it (`register`, with what
+// fa512.native.launch_spec builds). Anything unusual (a tensor subclass, a scalar of another
+// type, a misaligned pointer, FA512_DEBUG) goes to the Python path, which raises the error
+// when there is one.
 
 #include <Python.h>
 
@@ -42,7 +47,7 @@ constexpr std::array<int, 11> kTensorSlots = {Q, K, V, OUT, PAGE_TABLE, CU_K, CU
                                               Q_DESCALE, K_DESCALE, V_DESCALE};
 enum DescaleMode { AS_GIVEN = 0, SCALAR = 1, PER_HEAD = 2 };  // how a descale becomes (B, Hkv)
 
-// Everything the launch needs besides the tensors (built by fa512.native.register).
+// Everything the launch needs besides the tensors (fa512.native.launch_spec).
 struct Entry {
   bool python_only = true;
   void* fwd = nullptr;      // TVMFFIObjectHandle of the compiled forward
