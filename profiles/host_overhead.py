@@ -253,11 +253,8 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
     mod = native.loaded()
 
     def python_path():
-        saved, native._module = native._module, None
-        try:
+        with native.bypassed():
             op.run(args)
-        finally:
-            native._module = saved
 
     pieces = {
         "run (whole eager op body)": lambda: op.run(args),

@@ -8,7 +8,7 @@ import torch
 
 import fa512
 from fa512 import call_cache, native, op
-from helpers import load_profile
+from helpers import load_profile, op_args
 
 
 @pytest.fixture(scope="module")
@@ -24,11 +24,6 @@ def ho():
     return load_profile("host_overhead")
 
 
-def _python_path(monkeypatch):
-    """Run the next calls on the Python path (the native module looks unloaded)."""
-    monkeypatch.setattr(native, "_module", None)
-
-
 CASES = {
     # fp8 KV (uint8 reinterpretation), scalar and per-head descales (stride-0 (B, Hkv) views)
     "fp8_descales": dict(kv_dtype=torch.float8_e4m3fn, descale=True, num_splits=1),
@@ -39,7 +34,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("given_out", [False, True])
-def test_native_launch_passes_what_the_python_launch_passes(mod, ho, monkeypatch, name, given_out):
+def test_native_launch_passes_what_the_python_launch_passes(mod, ho, name, given_out):
     with ho.stubbed(ffi=True) as stubs:
         case = dict(ho.CASES["decode_fp8_descale"], batch=3, k_len=256, **CASES[name])
         q, k, v, kw = ho.make_call(case, "cpu")
@@ -52,8 +47,7 @@ def test_native_launch_passes_what_the_python_launch_passes(mod, ho, monkeypatch
         out_n, lse_n = fa512.attention(q, k, v, **kw, out=out)  # warm: native
         assert mod.launches() == before + 1 and op.last_launch["kernel"] == "mma16"
         native_calls = {n: (s.calls, s.last_desc) for n, s in stubs.items()}
-        with monkeypatch.context() as m:
-            _python_path(m)
+        with native.bypassed():
             out_p, lse_p = fa512.attention(q, k, v, **kw, out=out)
         assert mod.launches() == before + 1
         # Same arguments, position by position, and the same data pointers for the inputs (fwd:
@@ -143,6 +137,9 @@ def test_misaligned_or_overlapping_calls_get_the_python_error(mod, ho):
 
 # -- GPU: the real kernels -----------------------------------------------------------------
 def _gpu_case(kind: str):
+    """A decode call on the GPU (31B heads, paged KV), with the fa512 signature caches cleared."""
+    call_cache.clear()
+    native.clear()
     g = torch.Generator(device="cuda").manual_seed(3)
     hq, hkv, d = 32, 4, 512
     b, ps, keys = (4, 64, 3000)
@@ -165,18 +162,22 @@ def _gpu_case(kind: str):
     return q, k, v, kw
 
 
+def _gpu_op_args(q, k, v, out, kw) -> tuple:
+    """`_gpu_case`'s call as the op's 19 positional arguments."""
+    return op_args(q, k, v, out, kw, softmax_scale=kw["softmax_scale"], causal=False,
+                   k_descale=kw.get("k_descale"), v_descale=kw.get("v_descale"),
+                   num_splits=kw.get("num_splits", 0), kernel=kw["kernel"])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split"])
-def test_gpu_native_results_are_bit_identical(mod, monkeypatch, kind):
-    call_cache.clear()
-    native.clear()
+def test_gpu_native_results_are_bit_identical(mod, kind):
     q, k, v, kw = _gpu_case(kind)
     fa512.attention(q, k, v, **kw)  # cold
     before = mod.launches()
     out_n, lse_n = fa512.attention(q, k, v, **kw)
     assert mod.launches() == before + 1 and op.last_launch["kernel"] == kw["kernel"]
-    with monkeypatch.context() as m:
-        _python_path(m)
+    with native.bypassed():
         out_p, lse_p = fa512.attention(q, k, v, **kw)
     torch.cuda.synchronize()
     assert mod.launches() == before + 1
@@ -186,8 +187,6 @@ def test_gpu_native_results_are_bit_identical(mod, monkeypatch, kind):
 
 @pytest.mark.gpu
 def test_gpu_native_call_captures_in_a_cuda_graph(mod):
-    call_cache.clear()
-    native.clear()
     q, k, v, kw = _gpu_case("bf16_split")
     out = torch.empty_like(q)
     fa512.attention(q, k, v, **kw, out=out)
@@ -204,15 +203,12 @@ def test_gpu_native_call_captures_in_a_cuda_graph(mod):
 
 
 @pytest.mark.gpu
-def test_gpu_op_entry_launches_registered_signatures_and_falls_back_to_python(mod, monkeypatch):
+def test_gpu_op_entry_launches_registered_signatures_and_falls_back_to_python(mod):
     # torch.ops.fa512.fwd on CUDA tensors reaches the extension's dispatcher entry: the first
     # call runs the op's Python body (which registers the signature), later ones launch in C++.
-    call_cache.clear()
-    native.clear()
     q, k, v, kw = _gpu_case("fp8_mma")
     out = torch.empty_like(q)
-    args = (q, k, v, out, kw["page_table"], None, kw["cu_seqlens_q"], 1, kw["seqused_k"], kw["max_seqlen_k"],
-            kw["softmax_scale"], False, -1, -1, None, kw["k_descale"], kw["v_descale"], 0, "fp8_mma")
+    args = _gpu_op_args(q, k, v, out, kw)
     lse_cold = torch.ops.fa512.fwd(*args)
     out_cold = out.clone()
     before = mod.launches()
@@ -252,8 +248,6 @@ def test_prebuilt_library_is_loaded_from_fa512_native_lib(mod, tmp_path):
 def test_gpu_op_entry_under_torch_compile_and_opcheck(mod):
     # Inductor's graph calls torch.ops.fa512.fwd.default: the extension's CUDA kernel serves it
     # (the first call through the op's Python body), with the eager result.
-    call_cache.clear()
-    native.clear()
     q, k, v, kw = _gpu_case("dequant")
     buf = torch.empty_like(q)
 
@@ -273,6 +267,4 @@ def test_gpu_op_entry_under_torch_compile_and_opcheck(mod):
     # opcheck on the CUDA kernel (bf16 KV: its schema check multiplies the inputs, which has no
     # float8 kernel in torch)
     q, k, v, kw = _gpu_case("bf16_split")
-    args = (q, k, v, torch.empty_like(q), kw["page_table"], None, kw["cu_seqlens_q"], 1, kw["seqused_k"],
-            kw["max_seqlen_k"], kw["softmax_scale"], False, -1, -1, None, None, None, 5, "mma16")
-    torch.library.opcheck(torch.ops.fa512.fwd.default, args)
+    torch.library.opcheck(torch.ops.fa512.fwd.default, _gpu_op_args(q, k, v, torch.empty_like(q), kw))

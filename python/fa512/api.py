@@ -9,7 +9,7 @@ import torch
 
 from .dispatch import Plan, Target, make_plan, target_of
 from .errors import arg_error
-from .op import run_call
+from .op import run_call, with_out
 from .validate import HEAD_DIM, validate
 
 DEFAULT_SOFTMAX_SCALE = 1.0 / math.sqrt(HEAD_DIM)
@@ -143,11 +143,8 @@ def attention(
     # Eager calls skip the dispatcher (fa512.op says why) and allocate out there when it is
     # None (in C++ on the native warm call); torch.compile needs the op itself.
     if torch.compiler.is_compiling():
-        if out is None:
-            if not isinstance(q, torch.Tensor):
-                raise arg_error(TypeError, "q", type(q).__name__, "a torch.Tensor")
-            out = torch.empty_like(q, memory_format=torch.contiguous_format)
-        return out, torch.ops.fa512.fwd(*call[:3], out, *call[4:])
+        call = with_out(call)
+        return call[3], torch.ops.fa512.fwd(*call)
     return run_call(call)
 
 

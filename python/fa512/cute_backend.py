@@ -141,8 +141,8 @@ class Mma16Backend(Backend):
             if config is None and not trace_addr and hasattr(plan, "launch_state"):
                 plan.launch_state = state
                 plan.fast = _fast_launch(plan, state)
-                fwd, combine, scalars, kv_fp8 = state[:4]
-                plan.native_state = (fwd, combine, scalars, kv_fp8) + state[7:]
+                # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes): no stream getter
+                plan.native_state = state[:4] + state[7:]
         return _run(state, q, k, v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
                     args.q_descale, args.k_descale, args.v_descale)
 

@@ -23,6 +23,7 @@ failed build also warns once).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -88,13 +89,13 @@ def module():
     if _tried:
         return _module
     _tried = True
+    prebuilt = os.environ.get("FA512_NATIVE_LIB")
     if os.environ.get("FA512_NATIVE", "1") == "0":
         _reason = "FA512_NATIVE=0"
-    elif not os.environ.get("FA512_NATIVE_LIB") and not SOURCE.is_file():
+    elif not prebuilt and not SOURCE.is_file():
         _reason = f"{SOURCE} not found (installed without csrc/; see FA512_NATIVE_LIB)"
     else:
         try:
-            prebuilt = os.environ.get("FA512_NATIVE_LIB")
             _module = _load_prebuilt(prebuilt) if prebuilt else _load()
             from .op import fwd_impl
 
@@ -110,6 +111,17 @@ def loaded():
     return _module
 
 
+@contextlib.contextmanager
+def bypassed():
+    """Calls inside take the Python path (the module looks unloaded): for A/B timings and tests."""
+    global _module
+    saved, _module = _module, None
+    try:
+        yield
+    finally:
+        _module = saved
+
+
 def unavailable() -> Optional[str]:
     """Why the native warm call is off, or None when it serves."""
     module()
@@ -119,10 +131,9 @@ def unavailable() -> Optional[str]:
 def launch_spec(launcher, alloc_out: bool, last_launch: dict) -> Optional[tuple]:
     """What `register` hands to C++ for a launcher whose backend kept a launch state
     (`fa512.cute_backend.Mma16Backend`); None for any other launcher (Python only)."""
-    native_state = getattr(launcher, "native_state", None)
-    if native_state is None:
+    if launcher.native_state is None:
         return None
-    fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape = native_state
+    fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape = launcher.native_state
     if not all(hasattr(f, "__chandle__") for f in (fwd, combine) if f is not None):
         return None  # not tvm-ffi functions (e.g. FA512_NO_DISK_CACHE's in-memory DSL objects)
     modes = tuple(_DESCALE_MODE_CODES[m] for m in launcher.descale_modes)
@@ -139,7 +150,7 @@ def register(call: tuple, launcher, alloc_out: bool, last_launch: dict) -> None:
     """Remember ``call``'s signature: its launch (SM90 CuTe DSL launchers) or "Python only"."""
     mod = module()
     if mod is not None:
-        mod.register(call, launch_spec(launcher, alloc_out, last_launch) if launcher is not None else None)
+        mod.register(call, launch_spec(launcher, alloc_out, last_launch))
 
 
 def clear() -> None:
@@ -161,4 +172,4 @@ def main(args) -> int:
     return 0
 
 
-__all__ = ["module", "loaded", "unavailable", "register", "launch_spec", "clear", "SOURCE"]
+__all__ = ["module", "loaded", "bypassed", "unavailable", "register", "launch_spec", "clear", "SOURCE"]

@@ -60,13 +60,13 @@ def run_call(call: tuple) -> tuple[torch.Tensor, torch.Tensor]:
         if hit:
             return hit
     if debug_enabled():
-        call = _with_out(call)
+        call = with_out(call)
         problem, args = validate(*call)
         debug_checks(problem, args, call[7], call[9])
         plan = make_plan(problem, target_of(args.q.device), call[18], call[17])
         last_launch.update(kernel=plan.kernel, num_splits=plan.num_splits, config=plan.config)
         return call[3], BACKENDS[plan.kernel].launch(plan, args, call[3])
-    full = _with_out(call)
+    full = with_out(call)
     launcher, args = lookup(full, allow_fast=True)
     last_launch.update(launcher.record)
     lse = launcher.fast(full) if args is None else launcher.launch(launcher, args, full[3])
@@ -77,7 +77,7 @@ def run_call(call: tuple) -> tuple[torch.Tensor, torch.Tensor]:
     return full[3], lse
 
 
-def _with_out(call: tuple) -> tuple:
+def with_out(call: tuple) -> tuple:
     """``call`` with its out allocated when it is None."""
     if call[3] is not None:
         return call
