@@ -21,6 +21,7 @@
 
 #include <Python.h>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlpack/dlpack.h>
@@ -30,10 +31,15 @@
 #include <torch/library.h>
 #include <tvm/ffi/c_api.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
 #include <array>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +54,8 @@ constexpr std::array<int, 11> kTensorSlots = {Q, K, V, OUT, PAGE_TABLE, CU_K, CU
 enum DescaleMode { AS_GIVEN = 0, SCALAR = 1, PER_HEAD = 2 };  // how a descale becomes (B, Hkv)
 
 // Everything the launch needs besides the tensors (fa512.native.launch_spec).
+struct Direct;  // below: a kernel's recorded launch, replayed without its host function
+
 struct Entry {
   bool python_only = true;
   void* fwd = nullptr;      // TVMFFIObjectHandle of the compiled forward
@@ -65,6 +73,7 @@ struct Entry {
   int64_t extents[4] = {};  // bytes q, k, v, out can touch from their data pointers
   PyObject* record = nullptr;       // dict merged into last_launch on every call
   PyObject* last_launch = nullptr;  // fa512.op.last_launch
+  std::shared_ptr<Direct> direct_fwd, direct_combine;  // null: the library has no launch shim
 };
 
 struct KeyHash {
@@ -271,6 +280,296 @@ bool ffi_call(void* fn, TVMFFIAny* args, int n, std::string& error) {
   return false;
 }
 
+// ---- Direct launch ----------------------------------------------------------------------------
+// A compiled kernel's host function (DSL-generated) costs 6-9 us per call: argument checks, TMA
+// descriptor encoding, device/attribute calls and the launch. For one registered signature all
+// of it is the same on every call except the data pointers. Kernel libraries are linked through
+// a launch shim (python/fa512/launch_shim.py) that lets this module observe a launch instead of
+// running it; the first native launch of a signature records the host function's launch once
+// with the call's pointers and once per tensor argument with that pointer moved, finds where
+// each pointer lands in the kernel parameters (a raw pointer, or the address inside a TMA
+// descriptor), and from then on launches the recorded kernel itself with the current pointers
+// patched in. Anything the recording cannot explain (a parameter that moves by another amount,
+// two arguments touching one word, a second launch, a different grid) leaves the signature on
+// the host function.
+
+struct LaunchConfig {  // cudaLaunchConfig_t
+  unsigned grid[3];
+  unsigned block[3];
+  size_t smem;
+  void* stream;
+  const void* attrs;  // cudaLaunchAttribute[num_attrs]
+  unsigned num_attrs;
+};
+struct DriverLaunchConfig {  // CUlaunchConfig
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned smem;
+  void* stream;
+  const void* attrs;  // CUlaunchAttribute[num_attrs]
+  unsigned num_attrs;
+};
+constexpr size_t kAttrBytes = 72;       // sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute)
+constexpr size_t kMaxParamBytes = 4096;
+constexpr size_t kMaxParams = 256;
+constexpr size_t kTensorMapBytes = 128;  // CUtensorMap, 64-byte aligned
+constexpr uint64_t kPointerShift = uint64_t{1} << 20;  // keeps every alignment the kernels assume
+using LaunchFn = int (*)(const void* config, const void* func, void** args);
+
+// The driver entry points the recording needs (no CUDA headers: fa512 builds against CPU torch).
+struct Driver {
+  int (*launch_ex)(const void* config, void* fn, void** params, void** extra) = nullptr;  // cuLaunchKernelEx
+  int (*kernel_get_function)(void** fn, void* kernel) = nullptr;
+  int (*param_info)(void* fn, size_t index, size_t* offset, size_t* size) = nullptr;
+  int (*replace_address)(void* tensor_map, void* address) = nullptr;
+  bool ok() const { return launch_ex && kernel_get_function && param_info && replace_address; }
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver drv;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      drv.launch_ex = reinterpret_cast<decltype(drv.launch_ex)>(dlsym(lib, "cuLaunchKernelEx"));
+      drv.kernel_get_function = reinterpret_cast<decltype(drv.kernel_get_function)>(dlsym(lib, "cuKernelGetFunction"));
+      drv.param_info = reinterpret_cast<decltype(drv.param_info)>(dlsym(lib, "cuFuncGetParamInfo"));
+      drv.replace_address = reinterpret_cast<decltype(drv.replace_address)>(dlsym(lib, "cuTensorMapReplaceAddress"));
+    }
+    return drv;
+  }();
+  return d;
+}
+
+// One observed launch: everything the replay passes to the runtime's launch function.
+struct Recorded {
+  bool complete = false;  // the parameter layout was read
+  const void* func = nullptr;  // what the runtime launches (a cudaKernel_t)
+  void* cu_function = nullptr;  // its CUfunction in the recording thread's context
+  unsigned grid[3] = {}, block[3] = {};
+  size_t smem = 0;
+  std::vector<unsigned char> attrs;
+  std::vector<size_t> offsets, sizes;
+  std::vector<unsigned char> params;  // each parameter's bytes at its offset
+
+  bool same_launch(const Recorded& o) const {
+    return complete && o.complete && func == o.func && std::equal(grid, grid + 3, o.grid) &&
+           std::equal(block, block + 3, o.block) && smem == o.smem && attrs == o.attrs && offsets == o.offsets &&
+           sizes == o.sizes;
+  }
+};
+
+thread_local std::vector<Recorded>* t_recording = nullptr;  // set while this thread records
+
+// The shim's observer: records (and claims) launches while this thread is recording.
+extern "C" int fa512_observe_launch(const void* config, const void* func, void** args) {
+  if (t_recording == nullptr) return 0;
+  Recorded r;
+  const auto* cfg = static_cast<const LaunchConfig*>(config);
+  std::copy(cfg->grid, cfg->grid + 3, r.grid);
+  std::copy(cfg->block, cfg->block + 3, r.block);
+  r.smem = cfg->smem;
+  const auto* attrs = static_cast<const unsigned char*>(cfg->attrs);
+  if (cfg->num_attrs > 0) r.attrs.assign(attrs, attrs + cfg->num_attrs * kAttrBytes);
+  r.func = func;
+  const Driver& drv = driver();
+  void* fn = nullptr;
+  if (drv.ok() && drv.kernel_get_function(&fn, const_cast<void*>(func)) == 0) {
+    r.cu_function = fn;
+    size_t end = 0, offset = 0, size = 0;
+    for (size_t i = 0; i < kMaxParams && drv.param_info(fn, i, &offset, &size) == 0; ++i) {
+      r.offsets.push_back(offset);
+      r.sizes.push_back(size);
+      end = std::max(end, offset + size);
+    }
+    if (!r.offsets.empty() && end <= kMaxParamBytes) {
+      r.params.assign(end, 0);
+      for (size_t i = 0; i < r.offsets.size(); ++i) std::memcpy(&r.params[r.offsets[i]], args[i], r.sizes[i]);
+      r.complete = true;
+    }
+  }
+  t_recording->push_back(std::move(r));
+  return 1;
+}
+
+// Where one tensor argument's data pointer goes in the parameters.
+struct Patch {
+  size_t offset;     // byte offset in the parameter buffer
+  int arg;           // index of the tvm-ffi argument (a DLTensor)
+  bool tensor_map;   // a TMA descriptor's global address, else a raw pointer (+ addend)
+  uint64_t addend;
+};
+
+struct Direct {
+  enum State { kUntried, kReady, kOff };
+  State state = kUntried;
+  const char* why_off = "";   // what the recording could not explain (direct_state)
+  LaunchFn launch = nullptr;  // the DSL runtime's launch function, from the shim
+  Recorded rec;               // parameters as recorded with the first call's pointers
+  std::vector<Patch> patches;
+  int device = -1;
+};
+
+// How registered kernels launch (set_direct, for A/Bs): through their host functions, from the
+// recorded launch through the DSL runtime's launch function, or through cuLaunchKernelEx.
+enum DirectMode { kHostFunction = 0, kRuntimeLaunch = 1, kDriverLaunch = 2 };
+int g_direct_mode = kDriverLaunch;
+uint64_t g_direct_launches = 0;
+
+// Runs the host function with this thread recording; one launch, fully read, or a reason.
+const char* record_once(void* fn, TVMFFIAny* args, int n, Recorded& out) {
+  std::vector<Recorded> seen;
+  t_recording = &seen;
+  std::string error;
+  bool called = ffi_call(fn, args, n, error);
+  t_recording = nullptr;
+  if (!called) return "the host function failed while recording";
+  if (seen.size() != 1) return seen.empty() ? "no launch reached the shim" : "more than one launch";
+  if (!seen[0].complete) return "the kernel's parameter layout could not be read";
+  out = std::move(seen[0]);
+  return nullptr;
+}
+
+// The patch (or patches) that explain the difference between the recording with argument
+// ``arg``'s pointer moved by kPointerShift and the base recording, inside parameter [lo, hi).
+bool explain(const Recorded& base, const Recorded& moved, size_t lo, size_t hi, int arg, uint64_t ptr,
+             std::vector<Patch>& patches) {
+  size_t first = hi, last = lo;
+  for (size_t b = lo; b < hi; ++b) {
+    if (base.params[b] != moved.params[b]) {
+      first = std::min(first, b);
+      last = b;
+    }
+  }
+  if (first == hi) return true;  // this parameter does not depend on the argument
+  size_t word = first & ~size_t{7};
+  if (last < word + 8 && word >= lo && word + 8 <= hi) {
+    uint64_t a, b;
+    std::memcpy(&a, &base.params[word], 8);
+    std::memcpy(&b, &moved.params[word], 8);
+    if (b - a == kPointerShift) {
+      patches.push_back({word, arg, false, a - ptr});
+      return true;
+    }
+  }
+  // a TMA descriptor: moving its address back must give the base bytes exactly
+  for (size_t start = lo; start + kTensorMapBytes <= hi; start += 64) {
+    if (start % 64 != 0 || first < start || last >= start + kTensorMapBytes) continue;
+    alignas(64) unsigned char desc[kTensorMapBytes];
+    std::memcpy(desc, &moved.params[start], kTensorMapBytes);
+    if (driver().replace_address(desc, reinterpret_cast<void*>(ptr)) == 0 &&
+        std::memcmp(desc, &base.params[start], kTensorMapBytes) == 0) {
+      patches.push_back({start, arg, true, 0});
+      return true;
+    }
+  }
+  return false;
+}
+
+// Records one call of ``fn`` and derives the patches; a reason leaves the kernel on its host
+// function. Does not launch.
+const char* prepare_direct(Direct& d, void* fn, TVMFFIAny* args, int n) {
+  if (!driver().ok()) return "the CUDA driver lacks cuKernelGetFunction / cuFuncGetParamInfo / cuTensorMapReplaceAddress";
+  if (const char* why = record_once(fn, args, n, d.rec)) return why;
+  std::vector<Patch> patches;
+  std::vector<int> owner(d.rec.params.size(), -1);
+  for (int i = 0; i < n; ++i) {
+    if (args[i].type_index != kTVMFFIDLTensorPtr) continue;
+    auto* t = static_cast<DLTensor*>(args[i].v_ptr);
+    DLTensor moved_t = *t;
+    moved_t.data = static_cast<char*>(t->data) + kPointerShift;
+    TVMFFIAny saved = args[i];
+    args[i].v_ptr = &moved_t;
+    Recorded moved;
+    const char* why = record_once(fn, args, n, moved);
+    args[i] = saved;
+    if (why != nullptr) return why;
+    if (!d.rec.same_launch(moved)) return "a moved pointer changed the launch configuration";
+    const uint64_t ptr = reinterpret_cast<uint64_t>(t->data);
+    size_t before = patches.size();
+    for (size_t p = 0; p < d.rec.offsets.size(); ++p) {
+      if (!explain(d.rec, moved, d.rec.offsets[p], d.rec.offsets[p] + d.rec.sizes[p], i, ptr, patches)) {
+        return "a parameter changed with a pointer in a way that is neither a pointer nor a TMA address";
+      }
+    }
+    for (size_t p = before; p < patches.size(); ++p) {  // each byte follows one argument at most
+      size_t len = patches[p].tensor_map ? kTensorMapBytes : 8;
+      for (size_t b = patches[p].offset; b < patches[p].offset + len; ++b) {
+        if (owner[b] != -1) return "two arguments change the same parameter bytes";
+        owner[b] = i;
+      }
+    }
+  }
+  d.patches = std::move(patches);
+  return nullptr;
+}
+
+// The recorded launch with this call's pointers and stream.
+bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::string& error) {
+  alignas(64) unsigned char params[kMaxParamBytes];
+  std::memcpy(params, d.rec.params.data(), d.rec.params.size());
+  for (const Patch& p : d.patches) {
+    void* data = static_cast<const DLTensor*>(args[p.arg].v_ptr)->data;
+    if (p.tensor_map) {
+      if (driver().replace_address(params + p.offset, data) != 0) {
+        error = "fa512: cuTensorMapReplaceAddress failed";
+        return false;
+      }
+    } else {
+      uint64_t value = reinterpret_cast<uint64_t>(data) + p.addend;
+      std::memcpy(params + p.offset, &value, 8);
+    }
+  }
+  void* argv[kMaxParams];
+  for (size_t i = 0; i < d.rec.offsets.size(); ++i) argv[i] = params + d.rec.offsets[i];
+  int rc;
+  if (g_direct_mode == kDriverLaunch) {
+    DriverLaunchConfig cfg{};  // CUlaunchConfig
+    std::copy(d.rec.grid, d.rec.grid + 3, cfg.grid);
+    std::copy(d.rec.block, d.rec.block + 3, cfg.block);
+    cfg.smem = static_cast<unsigned>(d.rec.smem);
+    cfg.stream = stream;
+    cfg.attrs = d.rec.attrs.empty() ? nullptr : d.rec.attrs.data();  // CUlaunchAttribute has the same layout
+    cfg.num_attrs = static_cast<unsigned>(d.rec.attrs.size() / kAttrBytes);
+    rc = driver().launch_ex(&cfg, d.rec.cu_function, argv, nullptr);
+  } else {
+    LaunchConfig cfg{};
+    std::copy(d.rec.grid, d.rec.grid + 3, cfg.grid);
+    std::copy(d.rec.block, d.rec.block + 3, cfg.block);
+    cfg.smem = d.rec.smem;
+    cfg.stream = stream;
+    cfg.attrs = d.rec.attrs.empty() ? nullptr : d.rec.attrs.data();
+    cfg.num_attrs = static_cast<unsigned>(d.rec.attrs.size() / kAttrBytes);
+    rc = d.launch(&cfg, d.rec.func, argv);
+  }
+  if (rc != 0) {
+    error = "fa512: kernel launch failed (CUDA error " + std::to_string(rc) + ")";
+    return false;
+  }
+  ++g_direct_launches;
+  return true;
+}
+
+int current_device() {
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
+}
+
+// One compiled kernel on a call's arguments: the recorded launch once it is ready (on the
+// device it was recorded on), else the host function.
+bool call_kernel(void* fn, Direct* d, TVMFFIAny* args, int n, void* stream, int device, std::string& error) {
+  if (d != nullptr && g_direct_mode != kHostFunction && device >= 0) {  // CUDA tensors (the null stream is 0)
+    if (d->state == Direct::kUntried) {
+      const char* why = prepare_direct(*d, fn, args, n);
+      d->state = why == nullptr ? Direct::kReady : Direct::kOff;
+      d->why_off = why == nullptr ? "" : why;
+      d->device = device;
+    }
+    if (d->state == Direct::kReady && d->device == device && current_device() == device) {
+      return launch_direct(*d, args, stream, error);
+    }
+  }
+  return ffi_call(fn, args, n, error);
+}
+
 // Current stream of the tensor's device (CUDA), or null (CPU, the tests' stand-in kernels).
 void* current_stream(const at::Tensor& t) {
   if (!t.device().is_cuda()) return nullptr;
@@ -284,6 +583,29 @@ bool overlaps(const at::Tensor& t, int64_t extent, intptr_t o0, intptr_t o1) {
   return t0 < o1 && o0 < t0 + extent;
 }
 
+// Per-stage host time of warm calls (stage_times, profiles/host_overhead.py --breakdown): off
+// unless that function is running.
+bool g_timing = false;
+std::chrono::steady_clock::time_point g_mark;
+double g_stage_us[4] = {};  // signature + lookup, tensors + allocation, kernel launches, result
+void mark(int stage) {
+  if (!g_timing) return;
+  auto now = std::chrono::steady_clock::now();
+  g_stage_us[stage] += std::chrono::duration<double, std::micro>(now - g_mark).count();
+  g_mark = now;
+}
+
+// An uninitialised tensor on ``like``'s device: straight from the device's caching allocator
+// when that device is current (what at::empty does after its dispatch and device guard,
+// ~1 us less per tensor), else at::empty.
+at::Tensor fast_empty(c10::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& like) {
+  if (like.device().is_cuda() && current_device() == like.device().index()) {
+    return at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::CUDA),
+                                     c10::DispatchKeySet(c10::DispatchKey::CUDA), dtype, std::nullopt);
+  }
+  return at::empty(sizes, like.options().dtype(dtype));
+}
+
 enum class Status { kLaunched, kDeclined, kFailed };
 
 // Launches a registered signature on one call's tensors. ``out``: the caller's, or allocated
@@ -293,7 +615,7 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   const at::Tensor& q = *t[Q];
   const at::Tensor& k = *t[K];
   const at::Tensor& v = *t[V];
-  out = e.alloc_out ? at::empty(q.sizes(), q.options()) : *t[OUT];
+  out = e.alloc_out ? fast_empty(q.sizes(), q.scalar_type(), q) : *t[OUT];
   // TMA needs 16-byte aligned bases
   if ((reinterpret_cast<uintptr_t>(q.data_ptr()) | reinterpret_cast<uintptr_t>(k.data_ptr()) |
        reinterpret_cast<uintptr_t>(v.data_ptr()) | reinterpret_cast<uintptr_t>(out.data_ptr())) & 15) {
@@ -342,8 +664,7 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
     desc[i] = any_tensor(&ddesc[i]);
   }
   void* stream = current_stream(q);
-  auto f32 = q.options().dtype(at::kFloat);
-  lse = at::empty({e.lse_shape[0], e.lse_shape[1]}, f32);
+  lse = fast_empty({e.lse_shape[0], e.lse_shape[1]}, at::kFloat, q);
   DLTensor dlse = dl_of(lse);
   const int64_t num_splits = e.ints[3];
 
@@ -352,13 +673,14 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   DLTensor* fwd_out = &dout;
   DLTensor* fwd_lse = &dlse;
   if (e.combine != nullptr) {
-    o_part = at::empty({e.o_part_shape[0], e.o_part_shape[1], e.o_part_shape[2], e.o_part_shape[3]}, f32);
-    lse_part = at::empty({e.lse_part_shape[0], e.lse_part_shape[1], e.lse_part_shape[2]}, f32);
+    o_part = fast_empty({e.o_part_shape[0], e.o_part_shape[1], e.o_part_shape[2], e.o_part_shape[3]}, at::kFloat, q);
+    lse_part = fast_empty({e.lse_part_shape[0], e.lse_part_shape[1], e.lse_part_shape[2]}, at::kFloat, q);
     dopart = dl_of(o_part);
     dlsepart = dl_of(lse_part);
     fwd_out = &dopart;
     fwd_lse = &dlsepart;
   }
+  mark(1);
   // fwd(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, q/k/v descale,
   //     softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace, stream)
   TVMFFIAny fa[19] = {
@@ -366,14 +688,16 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
       meta[0], meta[1], meta[2], meta[3], desc[0], desc[1], desc[2],
       any_float(e.softmax_scale), any_int(e.ints[0]), any_int(e.ints[1]), any_int(e.ints[2]),
       any_int(num_splits), any_int(e.ints[4]), any_ptr(stream)};
-  if (!ffi_call(e.fwd, fa, 19, error)) return Status::kFailed;
+  const int device = q.device().is_cuda() ? q.device().index() : -1;
+  if (!call_kernel(e.fwd, e.direct_fwd.get(), fa, 19, stream, device, error)) return Status::kFailed;
   if (e.combine != nullptr) {
     // combine(o_part, lse_part, out, lse, cu_seqlens_q, num_splits, stream)
     TVMFFIAny ca[7] = {any_tensor(&dopart), any_tensor(&dlsepart), any_tensor(&dout), any_tensor(&dlse),
                        meta[0], any_int(num_splits), any_ptr(stream)};
-    if (!ffi_call(e.combine, ca, 7, error)) return Status::kFailed;
+    if (!call_kernel(e.combine, e.direct_combine.get(), ca, 7, stream, device, error)) return Status::kFailed;
   }
   ++g_launches;
+  mark(2);
   return Status::kLaunched;
 }
 
@@ -392,6 +716,7 @@ PyObject* run(PyObject* /*self*/, PyObject* call) {
   const Entry* e = find_entry(key);
   if (e == nullptr) Py_RETURN_NONE;
   if (e->python_only) Py_RETURN_FALSE;
+  mark(0);
   at::Tensor out, lse;
   std::string error;
   Status status = launch(*e, tensors, out, lse, error);
@@ -411,7 +736,36 @@ PyObject* run(PyObject* /*self*/, PyObject* call) {
   PyObject* res = PyTuple_Pack(2, py_out, py_lse);
   Py_DECREF(py_out);
   Py_DECREF(py_lse);
+  mark(3);
   return res;
+}
+
+// stage_times(call, n) -> us per call of each stage of `run` over n warm calls: (signature +
+// lookup, tensors + allocation, kernel launches, result objects).
+PyObject* stage_times(PyObject* /*self*/, PyObject* pyargs) {
+  PyObject* call;
+  long n;
+  if (!PyArg_ParseTuple(pyargs, "O!l", &PyTuple_Type, &call, &n) || n <= 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "fa512 native stage_times: n > 0");
+    return nullptr;
+  }
+  std::fill(g_stage_us, g_stage_us + 4, 0.0);
+  g_timing = true;
+  for (long i = 0; i < n; ++i) {
+    g_mark = std::chrono::steady_clock::now();
+    PyObject* res = run(nullptr, call);
+    if (res == nullptr || !PyTuple_Check(res)) {
+      g_timing = false;
+      if (res != nullptr) {
+        Py_DECREF(res);
+        PyErr_SetString(PyExc_RuntimeError, "fa512 native stage_times: the call is not served natively");
+      }
+      return nullptr;
+    }
+    Py_DECREF(res);
+  }
+  g_timing = false;
+  return Py_BuildValue("(dddd)", g_stage_us[0] / n, g_stage_us[1] / n, g_stage_us[2] / n, g_stage_us[3] / n);
 }
 
 // The Python body of the op (fa512.op.fwd_impl): what the dispatcher entry falls back to.
@@ -519,10 +873,33 @@ void* ffi_handle(PyObject* fn) {
   return p;
 }
 
+// The direct-launch state of a kernel loaded from ``library`` (a path, or None): installs this
+// module's observer in the library's launch shim; null when there is none (no shim, a kernel
+// compiled in memory, the tests' stand-in functions).
+std::shared_ptr<Direct> direct_for(PyObject* library) {
+  if (library == Py_None || !PyUnicode_Check(library)) return nullptr;
+  const char* path = PyUnicode_AsUTF8(library);
+  if (path == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  void* handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);  // loaded by tvm-ffi already
+  if (handle == nullptr) return nullptr;
+  using SetObserver = void* (*)(LaunchFn);
+  auto set_observer = reinterpret_cast<SetObserver>(dlsym(handle, "fa512_shim_set_observer"));
+  std::shared_ptr<Direct> d;
+  if (set_observer != nullptr) {
+    d = std::make_shared<Direct>();
+    d->launch = reinterpret_cast<LaunchFn>(set_observer(&fa512_observe_launch));
+  }
+  dlclose(handle);  // drops the reference RTLD_NOLOAD took; tvm-ffi keeps the library loaded
+  return d;
+}
+
 // register(call, spec) with spec None ("Python only") or the tuple fa512.native.launch_spec builds:
 // (fwd, combine | None, softmax_scale, (window_left, window_right, max_seqlen_q, num_splits, trace),
 //  kv_fp8, alloc_out, lse_shape, o_part_shape, lse_part_shape, descale_modes, (batch, Hkv),
-//  extents, record, last_launch)
+//  extents, record, last_launch, (fwd library | None, combine library | None))
 PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
   PyObject *call, *spec;
   if (!PyArg_ParseTuple(pyargs, "O!O", &PyTuple_Type, &call, &spec)) return nullptr;
@@ -536,13 +913,13 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
   Entry e;
   if (spec != Py_None) {
     PyObject *fwd, *combine, *ints, *lse_shape, *o_part_shape, *lse_part_shape, *modes, *dims, *extents;
-    PyObject *record, *last_launch;
+    PyObject *record, *last_launch, *fwd_lib, *combine_lib;
     double scale;
     int kv_fp8, alloc_out;
-    if (!PyArg_ParseTuple(spec, "OOdO!ppO!O!O!O!O!O!O!O!", &fwd, &combine, &scale, &PyTuple_Type, &ints, &kv_fp8,
+    if (!PyArg_ParseTuple(spec, "OOdO!ppO!O!O!O!O!O!O!O!(OO)", &fwd, &combine, &scale, &PyTuple_Type, &ints, &kv_fp8,
                           &alloc_out, &PyTuple_Type, &lse_shape, &PyTuple_Type, &o_part_shape, &PyTuple_Type,
                           &lse_part_shape, &PyTuple_Type, &modes, &PyTuple_Type, &dims, &PyTuple_Type, &extents,
-                          &PyDict_Type, &record, &PyDict_Type, &last_launch)) {
+                          &PyDict_Type, &record, &PyDict_Type, &last_launch, &fwd_lib, &combine_lib)) {
       return nullptr;
     }
     int64_t mode_vals[3], dim_vals[2];
@@ -566,6 +943,11 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
     for (int i = 0; i < 3; ++i) e.descale_mode[i] = static_cast<int>(mode_vals[i]);
     e.batch = dim_vals[0];
     e.num_kv_heads = dim_vals[1];
+    const char* direct_env = std::getenv("FA512_DIRECT_LAUNCH");  // "0": host functions only
+    if (direct_env == nullptr || std::strcmp(direct_env, "0") != 0) {
+      e.direct_fwd = direct_for(fwd_lib);
+      e.direct_combine = e.combine != nullptr ? direct_for(combine_lib) : nullptr;
+    }
     e.python_only = false;
   }
   auto found = g_entries.find(key);
@@ -592,12 +974,54 @@ PyObject* launches(PyObject* /*self*/, PyObject* /*unused*/) {
   return PyLong_FromUnsignedLongLong(g_launches);
 }
 
+PyObject* direct_launches(PyObject* /*self*/, PyObject* /*unused*/) {
+  return PyLong_FromUnsignedLongLong(g_direct_launches);
+}
+
+// set_direct(mode): 0 host functions, 1 recorded launches through the DSL runtime, 2 through
+// cuLaunchKernelEx (the default); returns the previous mode.
+PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
+  long m = PyLong_AsLong(mode);
+  if (m == -1 && PyErr_Occurred()) return nullptr;
+  if (m < kHostFunction || m > kDriverLaunch) {
+    PyErr_SetString(PyExc_ValueError, "fa512 native set_direct: mode 0, 1 or 2");
+    return nullptr;
+  }
+  int previous = g_direct_mode;
+  g_direct_mode = static_cast<int>(m);
+  return PyLong_FromLong(previous);
+}
+
+// direct_state(call) -> None (unknown signature) or (fwd, combine) states: "none" (no shim),
+// "untried", "ready (N patches)", "off: <why>" (the recording could not explain the launch).
+PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
+  if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
+    PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 19 arguments as a tuple");
+    return nullptr;
+  }
+  Key key;
+  Tensors tensors;
+  if (!python_key(&PyTuple_GET_ITEM(call, 0), key, tensors)) Py_RETURN_NONE;
+  const Entry* e = find_entry(key);
+  if (e == nullptr || e->python_only) Py_RETURN_NONE;
+  auto name = [](const Direct* d) -> std::string {
+    if (d == nullptr) return "none";
+    if (d->state == Direct::kOff) return std::string("off: ") + d->why_off;
+    return d->state == Direct::kReady ? "ready (" + std::to_string(d->patches.size()) + " patches)" : "untried";
+  };
+  return Py_BuildValue("(ss)", name(e->direct_fwd.get()).c_str(), name(e->direct_combine.get()).c_str());
+}
+
 PyMethodDef kMethods[] = {
     {"run", run, METH_O, "run(call) -> (out, lse) | None (unknown signature) | False (Python only)"},
     {"register", register_entry, METH_VARARGS, "register(call, spec | None) -> bool"},
     {"clear", clear, METH_NOARGS, "forget every registered signature"},
     {"size", size, METH_NOARGS, "number of registered signatures"},
     {"launches", launches, METH_NOARGS, "calls launched by the native path in this process"},
+    {"direct_launches", direct_launches, METH_NOARGS, "kernels launched from a recorded launch (no host function)"},
+    {"set_direct", set_direct, METH_O, "set_direct(mode) -> previous: 0 host functions, 1 runtime launch, 2 driver launch"},
+    {"stage_times", stage_times, METH_VARARGS, "stage_times(call, n) -> us per call: lookup, allocation, launches, result"},
+    {"direct_state", direct_state, METH_O, "direct_state(call) -> (fwd, combine) direct-launch states | None"},
     {"set_python_fwd", set_python_fwd, METH_O, "the op's Python body, for the dispatcher entry's other calls"},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -256,9 +256,21 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
         with native.bypassed():
             op.run(args)
 
+    def native_mode(mode):  # the native call with kernels launched one way (fa512.launch_shim)
+        def call():
+            previous = mod.set_direct(mode)
+            try:
+                mod.run(args)
+            finally:
+                mod.set_direct(previous)
+        return call
+
     pieces = {
         "run (whole eager op body)": lambda: op.run(args),
         "native warm call alone (C++, fa512.native)": (lambda: mod.run(args)) if mod else None,
+        "native call, kernels' host functions (direct launch off)": native_mode(0) if mod else None,
+        "native call, recorded launch via the DSL runtime": native_mode(1) if mod else None,
+        "native call, recorded launch via cuLaunchKernelEx (default)": native_mode(2) if mod else None,
         "run on the Python path (native off)": python_path if mod else None,
         "reference: small.add_(1) (one torch kernel launch)": lambda: small.add_(1),
         "signature": lambda: call_cache._signature(args),
@@ -288,6 +300,18 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
         rows.append((name, best))
     if device == "cuda":
         torch.cuda.synchronize()
+        if mod is not None:
+            rows.append((f"direct launch state (fwd, combine): {mod.direct_state(args)}", float("nan")))
+            for mode, label in ((0, "host functions"), (1, "runtime launch"), (2, "driver launch")):
+                previous = mod.set_direct(mode)
+                try:
+                    mod.stage_times(args, 50)
+                    stages = min((mod.stage_times(args, calls) for _ in range(5)), key=sum)
+                finally:
+                    mod.set_direct(previous)
+                names = ("lookup", "alloc", "launch", "result")
+                rows.append((f"native stages, {label}: " + ", ".join(f"{n} {t:.2f}" for n, t in zip(names, stages)),
+                             sum(stages)))
         api = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
         rows.append((f"torch.Tensor has __dlpack_c_exchange_api__ (tvm-ffi fast path): {api}", float("nan")))
     return rows

@@ -186,16 +186,51 @@ def test_gpu_native_results_are_bit_identical(mod, kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split"])
+def test_gpu_direct_launch_replays_the_recorded_launch_with_new_pointers(mod, kind):
+    # The first native call records the kernels' launches (fa512.launch_shim) and launches them
+    # itself; a call on other tensors of the same signature patches their pointers into the
+    # recorded parameters (raw pointers and TMA descriptor addresses).
+    q, k, v, kw = _gpu_case(kind)
+    fa512.attention(q, k, v, **kw)  # cold: the Python path registers the signature
+    kernels = 2 if op.last_launch["num_splits"] > 1 else 1  # forward (+ combine)
+    d0 = mod.direct_launches()
+    fa512.attention(q, k, v, **kw)  # records, then launches directly
+    assert mod.direct_launches() == d0 + kernels, mod.direct_state(_gpu_op_args(q, k, v, None, kw))
+    fresh = dict((name, t.clone() if torch.is_tensor(t) else t) for name, t in kw.items())
+    q2 = torch.randn_like(q)
+    k2 = (torch.randn(k.shape, device="cuda") * 0.5).to(k.dtype)
+    v2 = (torch.randn(v.shape, device="cuda") * 0.5).to(v.dtype)
+    out_d, lse_d = fa512.attention(q2, k2, v2, **fresh)  # cuLaunchKernelEx (the default)
+    assert mod.direct_launches() == d0 + 2 * kernels
+    with native.bypassed():
+        out_p, lse_p = fa512.attention(q2, k2, v2, **fresh)
+    results = {}
+    for mode in (0, 1):  # the kernels' host functions; the recorded launch through the DSL runtime
+        previous = mod.set_direct(mode)
+        try:
+            results[mode] = fa512.attention(q2, k2, v2, **fresh)
+        finally:
+            mod.set_direct(previous)
+    torch.cuda.synchronize()
+    assert mod.direct_launches() == d0 + 3 * kernels
+    assert torch.isfinite(out_d).all()
+    for out, lse in [(out_d, lse_d), *results.values()]:
+        assert torch.equal(out, out_p) and torch.equal(lse, lse_p)
+
+
+@pytest.mark.gpu
 def test_gpu_native_call_captures_in_a_cuda_graph(mod):
     q, k, v, kw = _gpu_case("bf16_split")
     out = torch.empty_like(q)
     fa512.attention(q, k, v, **kw, out=out)
     want_out, want_lse = out.clone(), fa512.attention(q, k, v, **kw, out=out)[1].clone()
-    before = mod.launches()
+    before, direct = mod.launches(), mod.direct_launches()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         _, lse = fa512.attention(q, k, v, **kw, out=out)
     assert mod.launches() == before + 1  # captured through the native path
+    assert mod.direct_launches() == direct + 2  # forward and combine from their recorded launches
     out.zero_()
     graph.replay()
     torch.cuda.synchronize()

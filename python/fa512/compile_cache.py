@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from . import launch_shim
+
 DEFAULT_ARCH = "sm_90a"
 _ROOT = Path(__file__).resolve().parents[2]
 _KERNEL_DIR = _ROOT / "cute_kernels"
@@ -212,6 +214,7 @@ def fingerprint() -> str:
         for dist in ("nvidia-cutlass-dsl", "apache-tvm-ffi"):
             h.update(f"{dist}={_version(dist)}".encode())
         h.update(Path(__file__).read_bytes())
+        h.update(launch_shim.SOURCE.encode())
         _FINGERPRINT = h.hexdigest()[:16]
     return _FINGERPRINT
 
@@ -264,11 +267,12 @@ def export_entry(result: CompileResult, directory: Path) -> Path:
         result.compiled.export_to_c(str(obj), function_name=name)
         target = obj
         cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+        shim = False
         if cc:
             so = Path(tmp) / f"{name}.so"
             libs = _runtime_libraries()
             rpaths = [f"-Wl,-rpath,{os.path.dirname(p)}" for p in libs]
-            subprocess.run([cc, "-shared", "-o", str(so), str(obj), *libs, *rpaths], check=True, capture_output=True)
+            shim = launch_shim.link(cc, obj, so, libs, rpaths)
             target = so
         final = directory / target.name
         _atomic_write(final, target.read_bytes())
@@ -279,6 +283,7 @@ def export_entry(result: CompileResult, directory: Path) -> Path:
         "symbol": name,
         "compile_seconds": round(result.seconds, 3),
         "smem_struct_bytes": result.smem_struct_bytes,
+        "launch_shim": shim,
         "config": spec.config.as_dict() if spec.kind == "fwd" else spec.config,
         "fingerprint": fingerprint(),
     }
@@ -314,6 +319,13 @@ def _runtime_libraries_no_dsl() -> list[str]:
 
 _MEMORY: dict = {}
 _MEMORY_LOCK = threading.Lock()
+_LIBRARIES: dict = {}  # (key, arch) -> the .so a kernel was loaded from
+
+
+def library_path(spec: KernelSpec, target_arch: Optional[str] = None) -> Optional[str]:
+    """The shared library ``spec``'s loaded kernel came from (None: compiled in memory, or a
+    ``.o``); the native warm call looks for the launch shim there (`fa512.launch_shim`)."""
+    return _LIBRARIES.get((spec.key(), target_arch or arch()))
 
 
 def get_kernel(spec: KernelSpec, target_arch: Optional[str] = None) -> Callable:
@@ -341,12 +353,18 @@ def _load_or_build(spec: KernelSpec, target_arch: str) -> Callable:
             path = directory / f"{name}{suffix}"
             if path.exists():
                 try:
-                    return load_entry(path, name)
+                    return _loaded(spec, target_arch, path, load_entry(path, name))
                 except Exception:
                     os.replace(path, path.with_suffix(suffix + ".bad"))  # quarantine, rebuild below
         result = compile_spec(spec, target_arch)
         path = export_entry(result, directory)
-        return load_entry(path, name)
+        return _loaded(spec, target_arch, path, load_entry(path, name))
+
+
+def _loaded(spec: KernelSpec, target_arch: str, path: Path, fn: Callable) -> Callable:
+    if path.suffix == ".so":
+        _LIBRARIES[(spec.key(), target_arch)] = str(path)
+    return fn
 
 
 __all__ = [
@@ -360,5 +378,6 @@ __all__ = [
     "fake_fwd_args",
     "fingerprint",
     "get_kernel",
+    "library_path",
     "load_entry",
 ]

@@ -141,8 +141,13 @@ class Mma16Backend(Backend):
             if config is None and not trace_addr and hasattr(plan, "launch_state"):
                 plan.launch_state = state
                 plan.fast = _fast_launch(plan, state)
-                # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes): no stream getter
-                plan.native_state = state[:4] + state[7:]
+                # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes, the kernels'
+                # libraries for the direct launch): no stream getter
+                libraries = (
+                    compile_cache.library_path(compile_cache.KernelSpec("fwd", cfg)),
+                    compile_cache.library_path(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None,
+                )
+                plan.native_state = state[:4] + state[7:] + (libraries,)
         return _run(state, q, k, v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
                     args.q_descale, args.k_descale, args.v_descale)
 
