@@ -147,6 +147,13 @@ class Sm90FwdConfig:
         loaded once per tile, so those steps stop re-reading Q from smem for every key block
         (Q is a third of the dequant path's smem traffic at tile_n=32, docs/sm90_kernel.md).
         4 registers per consumer thread per step; 16 steps (64 registers) spill.
+    cvt_warps : bool
+        fp8_dequant only: warps 1-3 of the producer warpgroup convert the e4m3 K/V blocks
+        (both d halves) from the ``kv_stages`` TMA staging rings into two-stage f16 rings,
+        and the consumer warpgroups only run MMAs and the softmax. Without it each consumer
+        warpgroup converts its own d half of every block itself (fence + warpgroup barrier on
+        its critical path). X[w] then lives in warpgroup w's d half of the block's f16 K stage,
+        which is released after the S exchange (no X_FREE handshake).
     stage : "launch" | "setup" | "load" | "qk" | "full"
         Diagnostic cut of the kernel (the GPU smoke script's ``--diag`` runs them in order):
         "launch" returns at once (tvm-ffi launch path only); "setup" adds smem, mbarrier init,
@@ -180,6 +187,7 @@ class Sm90FwdConfig:
     qk_promote: bool = False
     pingpong: bool = False
     q_reg_steps: int = 0
+    cvt_warps: bool = False
     stage: str = "full"
     trace: bool = False
 
@@ -258,6 +266,8 @@ class Sm90FwdConfig:
             parts.append("pp")
         if self.q_reg_steps:
             parts.append(f"qr{self.q_reg_steps}")
+        if self.cvt_warps:
+            parts.append("cvtw")
         if self.stage != "full":
             parts.append(f"stage_{self.stage}")
         if self.trace:
@@ -291,10 +301,14 @@ class Sm90FwdConfig:
             return self._fp8_mma_smem_plan()
         e = _dtype_bytes(self.compute_dtype)
         staged = self.mma_path == "fp8_dequant"
-        mma_stages = 1 if staged else self.kv_stages  # dequant: one f16 operand buffer each
+        # dequant: one f16 operand buffer each, or a two-stage f16 ring filled by the converter warps
+        mma_stages = (CVT_F16_STAGES if self.cvt_warps else 1) if staged else self.kv_stages
         kv = self.tile_n * HEAD_DIM
+        barriers = 2 + 4 * self.kv_stages  # Q, K and V full+empty, 8 B each
+        if self.cvt_warps:
+            barriers += 4 * CVT_F16_STAGES  # the f16 K and V rings
         plan = {
-            "barriers": 8 * (2 + 4 * self.kv_stages),  # Q, K and V full+empty, 8 B each
+            "barriers": 8 * barriers,
             "sQ": TILE_M * HEAD_DIM * e,
             "sK": mma_stages * kv * e,
             "sV": mma_stages * kv * e,
@@ -392,6 +406,8 @@ class Sm90FwdConfig:
             return False, "pingpong alternates independent warpgroups: fp8_mma with qk_mode='duplicate' only"
         if self.pingpong and self.stage != "full":
             return False, "pingpong's turns pair the QK and PV issues: no diagnostic cuts"
+        if self.cvt_warps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
+            return False, "cvt_warps converts e4m3 K/V for the dequant control: fp8_dequant with qk_mode='split_d' only"
         if self.q_reg_steps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
             return False, "q_reg_steps holds part of a d half of Q as the QK A operand: fp8_dequant with qk_mode='split_d' only"
         if not 0 <= self.q_reg_steps <= HEAD_DIM // 2 // 16 or self.q_reg_steps % 4:
@@ -411,10 +427,15 @@ class Sm90FwdConfig:
 # prevents grows with the keys one CTA accumulates: at 8k keys it is well below the e4m3
 # rounding of Q and P.
 PV_PROMOTE_MIN_KEYS = 16384
-# k-steps (of 16) of the dequant control's QK that take Q from registers. 8 compiled clean until
-# the conversion kept its unit indices in registers (`mma_paths._convert_half_tile`); since then
-# 8 spill 5-14 STL/LDL and 4 compile clean for every mask.
-DEQUANT_Q_REG_STEPS = 4
+# f16 ring depth of the dequant control's converter warps (`Sm90FwdConfig.cvt_warps`): Q 64 KB +
+# K and V 2 x 32 KB + one 16 KB e4m3 staging stage each = 224 KB at tile_n=32.
+CVT_F16_STAGES = 2
+# k-steps (of 16) of the dequant control's QK that take Q from registers. With the consumers
+# converting K/V themselves 8 spilled 5-14 STL/LDL and 4 compiled clean; with the converter warps
+# (`Sm90FwdConfig.cvt_warps`) 8 compile clean at 216 registers for every mask and 16 spill.
+# H200 2026-11-29: causal prefill 8k 353 (8 steps) against 338 TFLOP/s (4), decode B=64 x 8k
+# 64.5% against 62.8% of copy bandwidth.
+DEQUANT_Q_REG_STEPS = 8
 
 
 def default_config(
@@ -466,14 +487,16 @@ def default_config(
             # bandwidth at B=64), 2026-11-29.
             regs = dict(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240)
     elif mma_path == "fp8_dequant":
-        # Q 64 + K/V f16 2 x 32 (the S exchange lives in K's) + e4m3 staging 3 x 2 x 16 KB = 224 KB
-        tile_n, stages = 32, 3
-        # Part of Q in registers cuts the smem traffic that bounds the dequant path. With 4 steps
-        # (`DEQUANT_Q_REG_STEPS`) and the conversion's precomputed unit indices, H200 2026-11-29:
-        # causal prefill 8k 299 against 288-290 TFLOP/s, decode B=64 x 8k 56.8% against 53.0% of
-        # copy bandwidth. (8 steps, with the earlier conversion: decode 53.2% from 49.9%, prefill
-        # 282 from 290.) 16 steps spill.
-        regs = dict(q_reg_steps=DEQUANT_Q_REG_STEPS)
+        # The producer warpgroup's warps 1-3 convert (`Sm90FwdConfig.cvt_warps`): Q 64 + f16 K/V
+        # rings 2 x 2 x 32 (the S exchange lives in K's stages) + one e4m3 staging stage each
+        # 2 x 16 KB = 224 KB. The converter's two thread slots of loads in flight need 72
+        # registers (16 spills at 56), which leaves the consumers 216; without the conversion
+        # they fit 8 QK k-steps of Q in registers (`DEQUANT_Q_REG_STEPS`). H200 2026-11-29, same
+        # run: causal prefill 8k 353 against 297 TFLOP/s (43.5% / 36.7% of the bf16 GEMM rate),
+        # decode B=64 x 8k 64.5% against 56.1% of copy bandwidth, for the consumers converting
+        # their own d halves (3 staging stages, 4 Q steps in registers, 40 / 232).
+        tile_n, stages = 32, 1
+        regs = dict(cvt_warps=True, q_reg_steps=DEQUANT_Q_REG_STEPS, producer_regs=72, consumer_regs=216)
     elif paged and page_size % tile_n and page_size % 32 == 0:
         tile_n, stages = 32, 2
     return Sm90FwdConfig(
@@ -490,7 +513,7 @@ def default_config(
     ).with_split(split)
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -514,7 +537,7 @@ def variant_list(full: bool = True) -> list:
                         )
                     )
     # fp8 KV: the dequant control and the FP8-MMA kernel, each with its default tile
-    for mma_path, tile_n, stages in (("fp8_dequant", 32, 3), ("fp8_mma", 64, 2)):
+    for mma_path, tile_n, stages in (("fp8_dequant", 32, 1), ("fp8_mma", 64, 2)):
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
@@ -546,6 +569,10 @@ def variant_list(full: bool = True) -> list:
         fp8.with_(pv_promote=False, qk_promote=True, mask="none", kv_layout="paged", page_size=64),
         fp8.with_(pv_promote=False, qk_promote=True, kv_layout="paged", page_size=64),
         fp8.with_(pv_promote=False, qk_promote=True, mask="none", kv_layout="paged", page_size=64).with_split(True),
+        # the dequant control with the consumers converting their own d halves (the A/B of cvt_warps)
+        default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                       descale=(True, True, True)).with_(cvt_warps=False, kv_stages=3, q_reg_steps=4,
+                                                         producer_regs=40, consumer_regs=232),
     ]
     if not full:
         return [
@@ -553,9 +580,8 @@ def variant_list(full: bool = True) -> list:
             Sm90FwdConfig(mma_path="f16", q_dtype="f16", mask="local", kv_layout="paged", page_size=64,
                           qhead_per_kvhead=8, split=True, descale=(True, True, True)),
             base.with_(tile_n=32, kv_stages=2, qhead_per_kvhead=1),
-            Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
-                          kv_layout="paged", page_size=64, qhead_per_kvhead=8, split=True,
-                          descale=(True, True, True)),
+            default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                           split=True, descale=(True, True, True)),
             fp8.with_(kv_layout="paged", page_size=64, descale=(True, True, True)).with_split(True),
             fp8.with_(q_dtype="f16", mask="local", tile_n=32, kv_stages=4),
         ]

@@ -21,11 +21,11 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import pipeline_checks
-from .config import HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
+from .config import CVT_F16_STAGES, HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
 from .fp8_operands import p_to_fp8_a
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
-from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, make_mma_path, unit_view
+from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, CVT_THREADS, make_mma_path, unit_view
 from .paged_kv import KVBlockTiles, kv_tma_view
 from .softmax import LOG2_E, OnlineSoftmax
 
@@ -110,7 +110,8 @@ class FlashFwdSm90:
         if not ok:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
-        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d")
+        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d",
+                                  cvt_warps=config.cvt_warps)
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
@@ -138,8 +139,10 @@ class FlashFwdSm90:
         self.promote = config.pv_promote  # fp8_mma: each block's P.V into zeroed temporaries
         self.q_reg_steps = config.q_reg_steps  # fp8_dequant: QK k-steps with Q from registers
         self.qk_promote = config.qk_promote  # fp8_mma: QK's two k halves into separate accumulators
+        # fp8_dequant's converter warps fill f16 rings; X[w] lives in the block's f16 K stage
+        self.cvt_warps = config.cvt_warps
         # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
-        self.k_early = self.path.needs_staging and self.split_d
+        self.k_early = self.path.needs_staging and self.split_d and not self.cvt_warps
 
     def _runs(self, stage: str) -> bool:
         """Whether the diagnostic cut ``cfg.stage`` includes ``stage`` (compile-time)."""
@@ -261,8 +264,9 @@ class FlashFwdSm90:
             "Q", producer_arrives=1, consumer_warps=8, consumer_arrives=8,
             tx_bytes=self.q_bytes, boxes_bytes=self.tile_m * self.head_dim * self.q_dtype.width // 8,
         )
+        kv_consumer_warps = CVT_THREADS // 32 if const_expr(self.cvt_warps) else 8  # converter or consumer warps
         pipeline_checks.check_tma_pipeline(
-            "K/V", producer_arrives=1, consumer_warps=8, consumer_arrives=8,
+            "K/V", producer_arrives=1, consumer_warps=kv_consumer_warps, consumer_arrives=kv_consumer_warps,
             tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
         )
 
@@ -286,6 +290,9 @@ class FlashFwdSm90:
             "mbar_k": MemRange[cutlass.Int64, 2 * self.stages],
             "mbar_v": MemRange[cutlass.Int64, 2 * self.stages],
         }
+        if const_expr(self.cvt_warps):  # the converter warps' f16 rings
+            fields["mbar_kf"] = MemRange[cutlass.Int64, 2 * CVT_F16_STAGES]
+            fields["mbar_vf"] = MemRange[cutlass.Int64, 2 * CVT_F16_STAGES]
         if const_expr(self.fp8_mma):
             # Q as loaded, then (per warpgroup half) the S exchange tile and V^T: see config
             fields["sQscale"] = Align[MemRange[Float32, 2 * self.tile_m], 16]
@@ -371,18 +378,35 @@ class FlashFwdSm90:
         # -- pipelines (mbarrier init by warp 0; one fence + CTA barrier below) -----------------
         tma_group = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
         consumer_warps = pipeline.CooperativeGroup(pipeline.Agent.Thread, 4 * self.num_consumer_wgs)
+        # K/V TMA stages go to the consumers, or (cvt_warps) to the converter warps, one arrive each
+        kv_readers = consumer_warps
+        if const_expr(self.cvt_warps):
+            kv_readers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CVT_THREADS // 32)
         pipe_q = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_q.data_ptr(), num_stages=1, producer_group=tma_group,
             consumer_group=consumer_warps, tx_count=self.q_bytes, defer_sync=True,
         )
         pipe_k = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages, producer_group=tma_group,
-            consumer_group=consumer_warps, tx_count=self.kv_bytes, defer_sync=True,
+            consumer_group=kv_readers, tx_count=self.kv_bytes, defer_sync=True,
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages, producer_group=tma_group,
-            consumer_group=consumer_warps, tx_count=self.kv_bytes, defer_sync=True,
+            consumer_group=kv_readers, tx_count=self.kv_bytes, defer_sync=True,
         )
+        # cvt_warps: converter threads -> consumer threads (every thread arrives on both sides)
+        pipe_kf, pipe_vf = pipe_k, pipe_v
+        if const_expr(self.cvt_warps):
+            cvt_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, CVT_THREADS)
+            mma_threads = pipeline.CooperativeGroup(pipeline.Agent.Thread, 128 * self.num_consumer_wgs)
+            pipe_kf = pipeline.PipelineAsync.create(
+                barrier_storage=storage.mbar_kf.data_ptr(), num_stages=CVT_F16_STAGES, producer_group=cvt_threads,
+                consumer_group=mma_threads, defer_sync=True,
+            )
+            pipe_vf = pipeline.PipelineAsync.create(
+                barrier_storage=storage.mbar_vf.data_ptr(), num_stages=CVT_F16_STAGES, producer_group=cvt_threads,
+                consumer_group=mma_threads, defer_sync=True,
+            )
         pipeline_init_arrive()
 
         # sQ: the MMA operand; sQ_in: Q as loaded (16-bit paths: the same bytes, narrowed in place
@@ -424,6 +448,12 @@ class FlashFwdSm90:
                             pipe_q, pipe_k, pipe_v, t.q_start, t.m_block, t.tile_head, t.kv_head, k_start,
                             page_row, t.n_min, t.n_max,
                         )
+                if const_expr(self.cvt_warps):
+                    if warp_idx > 0:
+                        tc = self._tile(mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right)
+                        if tc.valid:
+                            self.convert_kv(storage, pipe_k, pipe_v, pipe_kf, pipe_vf, tidx - 32, tc.mask.seqlen_k,
+                                            tc.n_min, tc.n_max)
         else:
             cute.arch.setmaxregister_increase(self.cfg.consumer_regs)
             self._trace(warp_idx, "consumer setmaxnreg.inc done", Int32(0), Int32(0))
@@ -433,7 +463,7 @@ class FlashFwdSm90:
                 if t.valid:
                     self.consume(
                         wg_idx - 1, tidx % 128, sQ, sQ_in, sK, sV, sK_tma, sV_tma, sVt_layout, storage,
-                        pipe_q, pipe_k, pipe_v,
+                        pipe_q, pipe_kf, pipe_vf,
                         tiled_mma_qk, tiled_mma_pv, t.mask, t.n_min, t.n_max, mO_rows, mLSE_rows,
                         mQDescale, mKDescale, mVDescale, scale_log2, t.q_start, t.seqlen_q, t.m_block,
                         t.tile_head, t.kv_head, t.split_idx, t.batch,
@@ -561,6 +591,46 @@ class FlashFwdSm90:
 
     # ------------------------------------------------------------------------------------
     @cute.jit
+    def convert_kv(self, storage, pipe_k, pipe_v, pipe_kf, pipe_vf, cvt_tidx, seqlen_k, n_min, n_max):
+        """Converter warps 1-3 of WG0 (`Sm90FwdConfig.cvt_warps`): every e4m3 K/V block, in the
+        producer's order, from its TMA staging stage into an f16 stage of the consumers' rings
+        (V rows past seqlen_k as zeros, so garbage in unused cache slots never reaches O)."""
+        kv_bytes = self.tile_n * self.head_dim
+        src_k = unit_view(storage.sKs.data_ptr(), self.stages * kv_bytes, Float8E4M3FN)
+        src_v = unit_view(storage.sVs.data_ptr(), self.stages * kv_bytes, Float8E4M3FN)
+        dst_k = unit_view(storage.sK.data_ptr(), CVT_F16_STAGES * 2 * kv_bytes, Float16)
+        dst_v = unit_view(storage.sV.data_ptr(), CVT_F16_STAGES * 2 * kv_bytes, Float16)
+        ks_cons = pipe_k.make_consumer()
+        vs_cons = pipe_v.make_consumer()
+        kf_prod = pipe_kf.make_producer()
+        vf_prod = pipe_vf.make_producer()
+        n_blocks = n_max - n_min
+        # (the pipeline participants advance here, in the loop body: the DSL threads their state
+        # through the loop only as local variables)
+        if n_blocks > 0:
+            self._convert_stage(ks_cons.wait_and_advance(), kf_prod.acquire_and_advance(), src_k, dst_k, cvt_tidx, None)
+            for i in cutlass.range(n_blocks - 1, unroll=1):
+                n = n_max - 2 - i
+                self._convert_stage(ks_cons.wait_and_advance(), kf_prod.acquire_and_advance(), src_k, dst_k,
+                                    cvt_tidx, None)
+                self._convert_stage(vs_cons.wait_and_advance(), vf_prod.acquire_and_advance(), src_v, dst_v,
+                                    cvt_tidx, seqlen_k - (n + 1) * self.tile_n)
+            self._convert_stage(vs_cons.wait_and_advance(), vf_prod.acquire_and_advance(), src_v, dst_v, cvt_tidx,
+                                seqlen_k - n_min * self.tile_n)
+
+    @cute.jit
+    def _convert_stage(self, hs, hd, src, dst, cvt_tidx, rows_valid):
+        """One block from staging stage ``hs`` into f16 stage ``hd`` (both acquired): convert,
+        free the staging stage, publish the f16 stage (the fence makes the generic-proxy stores
+        visible to wgmma)."""
+        units = self.tile_n * self.head_dim // 16  # 16-byte units of one e4m3 stage
+        self.path.convert_block(src, hs.index * units, dst, hd.index * 2 * units, cvt_tidx, rows_valid)
+        hs.release()
+        cute.arch.fence_view_async_shared()
+        hd.commit()
+
+    # ------------------------------------------------------------------------------------
+    @cute.jit
     def consume(
         self, wg, tidx_wg, sQ, sQ_in, sK, sV, sK_tma, sV_tma, sVt_layout, storage, pipe_q, pipe_k, pipe_v,
         tiled_mma_qk, tiled_mma_pv,
@@ -612,12 +682,12 @@ class FlashFwdSm90:
         sX = None
         if const_expr(self.fp8_mma and self.split_d):
             sX = self._fp8_exchange_view(storage, x_shape)
-        elif const_expr(self.k_early):
+        elif const_expr(self.k_early or self.cvt_warps):
             sX = self._dequant_exchange_view(storage, x_shape)
         elif const_expr(self.split_d):
             sX = storage.sX.get_tensor(cute.make_layout(x_shape, stride=(1, 4, 512, n_s * 128)))
-        x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d) else None
-        x_other = sX[None, tidx_wg, None, 1 - wg] if const_expr(self.split_d) else None
+        x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d and not self.cvt_warps) else None
+        x_other = sX[None, tidx_wg, None, 1 - wg] if const_expr(self.split_d and not self.cvt_warps) else None
 
         # -- softmax state ---------------------------------------------------------------------
         qk_descale = Float32(1.0)
@@ -702,14 +772,19 @@ class FlashFwdSm90:
                     self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
                     self._pass_turn(wg, False)
                     warpgroup.wait_group(0)
-            self.path.finish_k(hk)
-            self._trace(warp, "consumer K released: block, stage", n, hk.index)
+            if const_expr(not self.cvt_warps):  # cvt_warps: the K stage holds X until the exchange
+                self.path.finish_k(hk)
+                self._trace(warp, "consumer K released: block, stage", n, hk.index)
             if const_expr(do_qk):
                 if const_expr(self.split_d):
-                    self._exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, warp_live, q_row_scale)
+                    xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                    self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                 elif const_expr(self.fp8_mma):
                     _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
+            if const_expr(self.cvt_warps):
+                self.path.finish_k(hk)
+            if const_expr(do_qk):
                 if warp_live:
                     mask.apply(acc_S, tScS, n)
                     softmax.step(acc_S, row_scale, is_first=True)
@@ -757,7 +832,7 @@ class FlashFwdSm90:
                 if const_expr(do_qk):
                     # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
                     warpgroup.wait_group(1 if do_pv else 0)
-                if const_expr(not self.k_early):
+                if const_expr(not self.k_early and not self.cvt_warps):
                     self.path.finish_k(hk)
                     self._trace(warp, "consumer K released: block, stage", n, hk.index)
                 if const_expr(do_qk):
@@ -765,10 +840,14 @@ class FlashFwdSm90:
                         # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
                         promo.scale.store(row_scale.load())
                     if const_expr(self.split_d):
-                        self._exchange(acc_S, x_mine, x_other, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
+                        xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                        self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                     elif const_expr(self.fp8_mma):
                         _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
+                if const_expr(self.cvt_warps):
+                    self.path.finish_k(hk)
+                if const_expr(do_qk):
                     if warp_live:
                         if mask.needs_mask(n):
                             mask.apply(acc_S, tScS, n)
@@ -851,11 +930,21 @@ class FlashFwdSm90:
     # warpgroup has read X[w]) instead of the next exchange.
 
     def _dequant_exchange_view(self, storage, x_shape):
-        """X[w] at the start of warpgroup w's half of the f16 K buffer."""
+        """X[w] at the start of warpgroup w's half of the f16 K buffer (cvt_warps: of each f16 K
+        stage, an extra last mode)."""
         half_words = self.tile_n * self.half_d * 2 // 4
         assert x_shape[0] * x_shape[1] * x_shape[2] <= half_words, "X[w] must fit in a d half of sK"
         x_ptr = cute.recast_ptr(storage.sK.data_ptr(), dtype=Float32)
+        if self.cvt_warps:
+            return cute.make_tensor(x_ptr, cute.make_layout((*x_shape, CVT_F16_STAGES),
+                                                            stride=(1, 4, 512, half_words, 2 * half_words)))
         return cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, half_words)))
+
+    def _x_pair(self, sX, x_mine, x_other, tidx_wg, wg, k_idx):
+        """This thread's (X[w], X[1-w]) for the block whose K stage is ``k_idx``."""
+        if self.cvt_warps:
+            return sX[None, tidx_wg, None, wg, k_idx], sX[None, tidx_wg, None, 1 - wg, k_idx]
+        return x_mine, x_other
 
     @cute.jit
     def _convert_k_early(self, hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk: cutlass.Constexpr[bool]):
@@ -1053,7 +1142,7 @@ class FlashFwdSm90:
         frag = cute.make_tensor(acc_S.iterator, cute.make_layout((4, n_s // 4)))
         if const_expr(own_scale is not None):
             _scale_s_rows(acc_S, own_scale)
-        if const_expr(not is_first and not self.k_early):
+        if const_expr(not is_first and not self.k_early and not self.cvt_warps):
             # wait until the other WG has read what this WG wrote for the previous block (k_early:
             # done before the K conversion that overwrites X[w], `_convert_next_k`)
             cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
@@ -1065,8 +1154,9 @@ class FlashFwdSm90:
             cute.autovec_copy(x_other, other)
             for i in cutlass.range_constexpr(n_s):
                 frag[i] = frag[i] + other[i]
-        if not is_last:
-            cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
+        if const_expr(not self.cvt_warps):  # cvt_warps: X[w] is in the block's own K stage
+            if not is_last:
+                cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
 
     @cute.jit
     def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,

@@ -32,7 +32,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
 
-from .config import HEAD_DIM
+from .config import CVT_F16_STAGES, HEAD_DIM
 from .dsl_utils import sw128_unit
 from .fp8_operands import quantize_q_half, transpose_v_half
 
@@ -97,10 +97,15 @@ class DequantFp8Path:
     Its buffers are passed as 16-byte unit views (`unit_view`): ``sQ_in_w`` / ``sQ_mma_w`` the
     Q tile as loaded and as f16, ``sSrc_w`` the e4m3 staging ring, ``sDst_w`` the f16 operand
     buffer (each warpgroup converts its own d half, `_convert_half_tile`).
+
+    ``in_producer`` (`Sm90FwdConfig.cvt_warps`): the producer warpgroup's converter warps fill
+    a two-stage f16 ring (`convert_block`); the consumers' prepare/finish only name and release
+    its stages, as for 16-bit KV.
     """
 
     q_dtype_name: str  # "bf16" | "f16"
     tile_n: int
+    in_producer: bool = False
 
     @property
     def mma_dtype(self):
@@ -115,7 +120,9 @@ class DequantFp8Path:
         return True
 
     def mma_stages(self, kv_stages: int) -> int:
-        return 1  # one f16 operand buffer per K and V; the e4m3 staging ring holds kv_stages
+        # one f16 operand buffer per K and V (the e4m3 staging ring holds kv_stages), or the
+        # converter warps' f16 ring
+        return CVT_F16_STAGES if self.in_producer else 1
 
     def kv_tile_bytes(self, tile_n: int, head_dim: int) -> int:
         return tile_n * head_dim
@@ -130,10 +137,14 @@ class DequantFp8Path:
 
     @cute.jit
     def prepare_k(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        if const_expr(self.in_producer):
+            return handle.index
         return self._convert(handle, sSrc_w, sDst_w, tidx_wg, wg, rows_valid)
 
     @cute.jit
     def prepare_v(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        if const_expr(self.in_producer):
+            return handle.index
         return self._convert(handle, sSrc_w, sDst_w, tidx_wg, wg, rows_valid)
 
     @cute.jit
@@ -147,11 +158,32 @@ class DequantFp8Path:
 
     @cute.jit
     def finish_k(self, handle):
-        pass
+        if const_expr(self.in_producer):
+            handle.release()
 
     @cute.jit
     def finish_v(self, handle):
-        pass
+        if const_expr(self.in_producer):
+            handle.release()
+
+    @cute.jit
+    def convert_block(self, src: cute.Tensor, src_base, dst: cute.Tensor, dst_base, cvt_tidx: Int32, rows_valid):
+        """Converter warps (`Sm90FwdConfig.cvt_warps`): one staged e4m3 block, both d halves,
+        into an f16 stage. The work is the consumer warpgroups' two half-tile conversions (256
+        thread slots, `convert_slot`) dealt out to the CVT_THREADS threads in warp-sized runs,
+        so each warp keeps the conflict-free access pattern of a consumer warp."""
+        # Thread t takes slots t and t + 96 together (all their loads ahead of the stores: three
+        # warps hide little latency otherwise), then t + 192 for t < 64 (warps 0 and 1).
+        a, b = cvt_tidx, cvt_tidx + CVT_THREADS
+        _convert_jobs(src, src_base, dst, self.tile_n, ((a // 128, a % 128), (b // 128, b % 128)), rows_valid,
+                      dst_base, self.tile_n // 8)
+        c = cvt_tidx + 2 * CVT_THREADS
+        if c < 2 * 128:
+            _convert_jobs(src, src_base, dst, self.tile_n, ((c // 128, c % 128),), rows_valid, dst_base,
+                          self.tile_n // 8)
+
+
+CVT_THREADS = 96  # converter warps 1-3 of the producer warpgroup
 
 
 def unit_view(ptr, nbytes: int, dtype) -> cute.Tensor:
@@ -247,10 +279,10 @@ def convert_slot(tidx_wg, i):
 
 @cute.jit
 def _convert_half_tile(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Constexpr[int], wg,
-                       tidx_wg: Int32, rows_valid):
+                       tidx_wg: Int32, rows_valid, dst_base=0, batch: cutlass.Constexpr[int] = CONVERT_BATCH):
     """Warpgroup wg's d half of a (rows, 512) K-major, 128 B-swizzled tile: dst f16 <- src
     (e4m3 or bf16). ``src``, ``dst``: 16-byte unit views (`unit_view`); the source tile starts
-    at unit ``src_base`` (its staging stage).
+    at unit ``src_base`` (its staging stage), the destination at ``dst_base``.
 
     Thread t converts 16 consecutive columns (chunk t // 8) of rows t % 8 + 8 i: 16-byte e4m3
     loads / 2 x 16-byte f16 stores that stay contiguous under the 128 B swizzle. A 16-byte shared
@@ -266,42 +298,55 @@ def _convert_half_tile(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutla
     swizzled CuTe views the compiler recomputed the swizzle for every access: 4 integer
     instructions per 16-byte access, ~15% of the dequant kernel's instructions, ncu 2026-11-29.)
     """
+    _convert_jobs(src, src_base, dst, rows, ((wg, tidx_wg),), rows_valid, dst_base, batch)
+
+
+@cute.jit
+def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Constexpr[int], jobs,
+                  rows_valid, dst_base, batch: cutlass.Constexpr[int]):
+    """`_convert_half_tile` for one or more (wg, tidx_wg) thread slots at once (the converter
+    warps run two): each batch issues its loads for every slot before any store."""
     src_vals = cute.size(src, mode=[1])  # values per 16-byte unit: 16 (e4m3) or 8 (bf16)
-    row0, chunk = convert_slot(tidx_wg, 0)
-    if const_expr(src_vals == 16):
-        src_units = [src_base + sw128_unit(row0, 16 * wg + chunk, rows)]
-    else:
-        src_units = [src_base + sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)]
-    dst_units = [sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)]
+    row0s, src_units, dst_units = [], [], []
+    for wg, tidx_wg in jobs:
+        row0, chunk = convert_slot(tidx_wg, 0)
+        row0s.append(row0)
+        if const_expr(src_vals == 16):
+            src_units.append([src_base + sw128_unit(row0, 16 * wg + chunk, rows)])
+        else:
+            src_units.append([src_base + sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)])
+        dst_units.append([dst_base + sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)])
     step = 8 * 8  # units per 8 rows
-    # Loads in batches of CONVERT_BATCH ahead of their stores: the compiler cannot tell src from
-    # dst, so a load placed after a store waits for it (a shared-memory round trip per step).
-    # 4 at once spilled the variants with Q in registers.
-    for b in cutlass.range_constexpr(0, rows // 8, CONVERT_BATCH):
-        r_in = [cute.make_rmem_tensor(16, src.element_type) for _ in range(CONVERT_BATCH)]
-        for j in cutlass.range_constexpr(CONVERT_BATCH):
-            for u in cutlass.range_constexpr(len(src_units)):
-                part = cute.make_tensor(r_in[j].iterator + src_vals * u, cute.make_layout(src_vals))
-                cute.autovec_copy(src[src_units[u] + step * (b + j), None], part)
-        for j in cutlass.range_constexpr(CONVERT_BATCH):
-            r_out = cute.make_rmem_tensor(16, Float16)
-            r_out.store(r_in[j].load().to(Float16))
-            if const_expr(rows_valid is not None):
-                if row0 + 8 * (b + j) >= rows_valid:
-                    r_out.fill(0.0)
-            for u in cutlass.range_constexpr(2):
-                part = cute.make_tensor(r_out.iterator + 8 * u, cute.make_layout(8))
-                cute.autovec_copy(part, dst[dst_units[u] + step * (b + j), None])
+    # Loads in batches ahead of their stores: the compiler cannot tell src from dst, so a load
+    # placed after a store waits for it (a shared-memory round trip per step). In the consumers
+    # 4 at once spilled the variants with Q in registers (CONVERT_BATCH = 2).
+    for b in cutlass.range_constexpr(0, rows // 8, batch):
+        r_in = [[cute.make_rmem_tensor(16, src.element_type) for _ in range(batch)] for _ in jobs]
+        for q in cutlass.range_constexpr(len(jobs)):
+            for j in cutlass.range_constexpr(batch):
+                for u in cutlass.range_constexpr(len(src_units[q])):
+                    part = cute.make_tensor(r_in[q][j].iterator + src_vals * u, cute.make_layout(src_vals))
+                    cute.autovec_copy(src[src_units[q][u] + step * (b + j), None], part)
+        for q in cutlass.range_constexpr(len(jobs)):
+            for j in cutlass.range_constexpr(batch):
+                r_out = cute.make_rmem_tensor(16, Float16)
+                r_out.store(r_in[q][j].load().to(Float16))
+                if const_expr(rows_valid is not None):
+                    if row0s[q] + 8 * (b + j) >= rows_valid:
+                        r_out.fill(0.0)
+                for u in cutlass.range_constexpr(2):
+                    part = cute.make_tensor(r_out.iterator + 8 * u, cute.make_layout(8))
+                    cute.autovec_copy(part, dst[dst_units[q][u] + step * (b + j), None])
 
 
-def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True):
+def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
-        return DequantFp8Path(q_dtype, tile_n)
+        return DequantFp8Path(q_dtype, tile_n, in_producer=cvt_warps)
     if mma_path == "fp8_mma":
         return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 
-__all__ = ["Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "convert_slot", "unit_view", "BAR_WG_LOCAL", "BAR_Q_READY"]
+__all__ = ["CVT_THREADS", "Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "convert_slot", "unit_view", "BAR_WG_LOCAL", "BAR_Q_READY"]

@@ -85,6 +85,8 @@ PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="s
 QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240, qk_mode="split_d",
                    pingpong=False)
 Q_REGS_OFF = dict(q_reg_steps=0)
+# the dequant control's conversion in the producer warpgroup's warps 1-3 (Sm90FwdConfig.cvt_warps)
+CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=216)
 # fp8_mma with the duplicated QK (no S exchange between the warpgroups) and the warpgroups
 # taking turns at the tensor cores (the dispatch's choice for multi-tile sequences), and the
 # split-d layout (its choice for one-tile decode): each forced for the A/B
@@ -218,6 +220,15 @@ def correctness_cases(quick: bool) -> list[dict]:
         descale=True, config=Q_REGS_OFF)
     add("fp8_dequant_split3_qregs0", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
         config=Q_REGS_OFF)
+    add("fp8_dequant_paged_causal_cvtw", kv="fp8", q_lens=[70, 1], k_lens=[700, 333], page_size=64, causal=True,
+        descale=True, config=CVT_WARPS)
+    add("fp8_dequant_packed_split3_cvtw", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
+        config=CVT_WARPS)
+    add("fp8_dequant_local_cvtw", kv="fp8", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32,
+        config=CVT_WARPS)
+    add("fp8_dequant_empty_rows_cvtw", kv="fp8", q_lens=[3, 0, 4], k_lens=[0, 10, 2], config=CVT_WARPS)
+    add("fp8_dequant_prefill2048_cvtw_qr8", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True, page_size=64,
+        descale=True, logit_std=4.0, softmax_scale=1.0, config=dict(CVT_WARPS, q_reg_steps=8))
     if not quick:
         add("gemma31b_prefill2048_causal", q_lens=[2048], k_lens=[2048], causal=True, logit_std=4.0,
             softmax_scale=1.0)
@@ -274,6 +285,10 @@ def perf_cases(ab: bool) -> list[dict]:
                  config=dict(tile_n=32, kv_stages=2)),
             dict(name="ab_decode_b64_n32_s2", kind="perf", q_lens=[1] * 64, k_lens=[8192] * 64, page_size=64,
                  config=dict(tile_n=32, kv_stages=2)),
+            _prefill8k("ab_prefill8192_causal_fp8_dequant_cvtw", config=CVT_WARPS),
+            _prefill8k("ab_prefill8192_causal_fp8_dequant_cvtw_qr8", config=dict(CVT_WARPS, q_reg_steps=8)),
+            _decode("ab_decode_b64_k8192_fp8_dequant_cvtw", 64, 8192, config=CVT_WARPS),
+            _decode("ab_decode_b64_k8192_fp8_dequant_cvtw_qr8", 64, 8192, config=dict(CVT_WARPS, q_reg_steps=8)),
         ]
     return c
 

@@ -165,6 +165,29 @@ def test_fp8_mma_pingpong_for_multi_tile_sequences():
         assert not ok and word in why, why
 
 
+def test_dequant_control_converts_in_the_producer_warpgroup():
+    # Every dequant call: converter warps (cvt_warps), one e4m3 staging stage per K and V, the
+    # two-stage f16 rings, 72 / 216 registers; the consumer-side conversion stays buildable (A/B).
+    for mask in ("none", "causal", "local"):
+        for q, split in ((1, False), (4096, False), (1, True)):
+            cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask=mask, paged=True, page_size=64, group=8,
+                                 max_seqlen_q=q, split=split)
+            assert cfg.cvt_warps and "cvtw" in cfg.key() and cfg.can_implement()[0]
+            assert (cfg.kv_stages, cfg.producer_regs, cfg.consumer_regs) == (1, 72, 216)
+            plan = cfg.smem_plan()
+            assert plan["sK"] == plan["sV"] == 2 * 32 * 512 * 2 and plan["sKs"] == plan["sVs"] == 32 * 512
+            assert plan["barriers"] == 8 * (2 + 4 * 1 + 4 * 2)
+    deq = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                         descale=(True, True, True))
+    consumer_side = deq.with_(cvt_warps=False, kv_stages=3, q_reg_steps=4, producer_regs=40, consumer_regs=232)
+    assert consumer_side.can_implement()[0] and consumer_side.smem_plan()["sK"] == 32 * 512 * 2
+    assert consumer_side in variant_list()
+    for bad, word in ((Sm90FwdConfig(cvt_warps=True), "fp8_dequant"), (deq.with_(kv_stages=3), "shared memory"),
+                      (deq.with_(qk_mode="duplicate"), "split_d")):
+        ok, why = bad.can_implement()
+        assert not ok and word in why, why
+
+
 def test_q_reg_steps_only_on_the_dequant_path():
     from cute_kernels.config import DEQUANT_Q_REG_STEPS
 
@@ -173,8 +196,8 @@ def test_q_reg_steps_only_on_the_dequant_path():
         for q in (0, 1, 4096):
             cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask=mask, paged=True, page_size=64, group=8,
                                  max_seqlen_q=q)
-            assert cfg.q_reg_steps == DEQUANT_Q_REG_STEPS == 4 and cfg.can_implement()[0]
-    assert deq.with_(q_reg_steps=8).can_implement()[0] and "qr8" in deq.with_(q_reg_steps=8).key()
+            assert cfg.q_reg_steps == DEQUANT_Q_REG_STEPS == 8 and cfg.can_implement()[0]
+    assert deq.with_(q_reg_steps=4).can_implement()[0] and "qr4" in deq.with_(q_reg_steps=4).key()
     for bad, word in ((deq.with_(q_reg_steps=17), "0..16"), (deq.with_(q_reg_steps=6), "multiple of 4"),
                       (Sm90FwdConfig(q_reg_steps=8), "fp8_dequant"),
                       (deq.with_(q_reg_steps=8, qk_mode="duplicate"), "fp8_dequant")):

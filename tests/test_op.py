@@ -102,13 +102,14 @@ def test_decode_causal_runs_the_unmasked_sm90_variant():
 
 
 @pytest.mark.parametrize("seqlen_q", [1, 8, 9, 512])
-def test_dequant_control_holds_q_in_registers(seqlen_q):
-    """mma16 on fp8 KV takes 4 of QK's 16 k-steps of Q from registers, decode and prefill alike."""
+def test_dequant_control_converts_in_the_producer_and_holds_q_in_registers(seqlen_q):
+    """mma16 on fp8 KV: converter warps in the producer warpgroup, and 8 of QK's 16 k-steps of Q
+    from registers, decode and prefill alike."""
     q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
                                seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16")
     assert p.kernel == "mma16" and p.config.mma_path == "fp8_dequant"
-    assert p.config.q_reg_steps == 4 and "-qr4" in p.config.key()
+    assert p.config.cvt_warps and p.config.q_reg_steps == 8 and p.config.key().endswith("-qr8-cvtw")
 
 
 @pytest.mark.parametrize("seqlen_q, pingpong", [(1, False), (8, False), (9, True), (512, True)])
