@@ -6,7 +6,9 @@
 // same steps are a hash of the tensors' metadata and the host scalars, one map lookup, the
 // out/q/k/v overlap check, DLTensor structs on the stack (the e4m3 -> uint8 reinterpretation
 // and the (B, Hkv) descale broadcasts are just their dtype and strides), the lse (and split
-// workspace) allocation, and TVMFFIFunctionCall of the compiled kernels.
+// workspace) allocation, and the launch: once a kernel's launch has been recorded through
+// its library's launch shim, cuLaunchKernelEx on the recorded parameters with this call's
+// pointers patched in ("Direct launch" below), else TVMFFIFunctionCall of the compiled kernel.
 //
 // Two entry points share the signature table and the launch:
 // - `run(call)`, from fa512.op.run_call (eager `fa512.attention`): (out, lse) after launching,

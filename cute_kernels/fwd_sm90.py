@@ -56,7 +56,9 @@ class FlashFwdSm90:
     Roles
     -----
     WG0, warp 0 : producer. Issues TMA for Q (once) and K/V blocks into smem rings; `setmaxnreg`
-                  down to ``cfg.producer_regs`` (40). Warps 1-3 only rebalance registers and exit.
+                  down to ``cfg.producer_regs`` (40). Warps 1-3 only rebalance registers and exit,
+                  except with ``cfg.cvt_warps`` (the dequant control): they convert each e4m3
+                  K/V block into the f16 rings the consumers MMA from (`convert_kv`).
                   (40 + 2 x 232) x 128 = 64512 = the CTA's register pool (168 launch registers x
                   384 threads); a larger total makes the consumers' setmaxnreg.inc wait forever.
     WG1, WG2    : consumers, `setmaxnreg` up to ``cfg.consumer_regs`` (232). WG w owns output
@@ -87,10 +89,12 @@ class FlashFwdSm90:
         -> online softmax -> wait PV -> release V[n+1] -> P(n) = bf16(S) in A registers.
 
     MMA path (strategy object, `mma_paths`): bf16/f16 K/V are MMA'd in their TMA stages;
-    fp8 e4m3 K/V are TMA'd into staging rings and each consumer warpgroup converts its own d half
-    into f16 operand buffers (WG-local barrier 4+w), the dequant control of the FP8 A/B. There
-    X[w] lives in WG w's half of the f16 K buffer and K(n-1) is converted under PV(n+1)
-    (``k_early``; X_FREE[w] is then waited on before that conversion, not in the exchange).
+    fp8 e4m3 K/V (the dequant control of the FP8 A/B) are TMA'd into staging rings and converted
+    to f16: by the converter warps into two-stage f16 rings (``cvt_warps``, dispatched; pipelines
+    staging -> converter warps -> consumers, X[w] in WG w's half of the block's f16 K stage,
+    which is released after the exchange), or by each consumer warpgroup for its own d half into
+    one f16 buffer (WG-local barrier 4+w; X[w] in its half of that buffer, K(n-1) converted under
+    PV(n+1): ``k_early``, X_FREE[w] waited on before that conversion).
 
     Diagnostics: ``cfg.stage`` cuts the kernel after the launch / setup (mbarrier init, CTA
     barrier, setmaxnreg) / loads (pipelines without MMA) / QK (no PV); ``cfg.trace`` printfs
@@ -98,8 +102,9 @@ class FlashFwdSm90:
 
     Registers (consumer, per thread): O 128 + S tile_n/2 + P tile_n/4 + stats ~8 + addressing.
     Shared memory (tile_n=64, 1 stage): Q 64 KB + K 64 KB + V 64 KB + X 2x16 KB = 224 KB
-    (+ barriers, + 1 KB static: 231424 B of 232448). Dequant (tile_n=32): Q 64 + K 32 (and X)
-    + V 32 + e4m3 staging 3 x 2 x 16 KB = 224 KB.
+    (+ barriers, + 1 KB static: 231424 B of 232448). Dequant (tile_n=32): Q 64 + f16 K 2 x 32
+    (and X) + f16 V 2 x 32 + e4m3 staging 2 x 16 KB = 224 KB (consumer-side conversion: Q 64 +
+    K 32 + V 32 + staging 3 x 2 x 16 KB).
     """
 
     num_threads = 384

@@ -16,6 +16,7 @@ hanging the machine.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -434,6 +435,35 @@ def test_disk_cache_concurrent_builders(tmp_path):
         assert p.returncode == 0, err
     assert len(list(tmp_path.rglob("*.so"))) == 1
     assert not list(tmp_path.rglob("*.tmp.*"))
+
+
+@needs_dsl
+def test_kernel_libraries_link_the_launch_shim(tmp_path):
+    # The host code's launch goes through fa512_shim_launch (objcopy-renamed reference, a local
+    # symbol of the library); the exported observer hook hands back the DSL runtime's launch
+    # function, which the native call's direct launch replays through (fa512.launch_shim).
+    import ctypes
+    import shutil
+
+    from fa512 import compile_cache, launch_shim
+
+    if not (shutil.which("objcopy") and shutil.which("nm") and shutil.which("gcc")):
+        pytest.skip("needs objcopy, nm and gcc")
+    result = compile_cache.compile_spec(compile_cache.KernelSpec("combine", "bf16"), "sm_90a")
+    so = compile_cache.export_entry(result, tmp_path)
+    assert so.suffix == ".so" and launch_shim.linked_with_shim(so)
+    meta = json.loads(so.with_suffix(".json").read_text())
+    assert meta["launch_shim"] is True
+    symbols = subprocess.run(["nm", str(so)], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert any(line.endswith(" t " + launch_shim.SHIM_LAUNCH) for line in symbols)  # hidden, defined
+    runtime = [ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL) for p in compile_cache._runtime_libraries_no_dsl()]
+    assert runtime, "libcute_dsl_runtime.so not found"
+    lib = ctypes.CDLL(str(so))
+    set_observer = getattr(lib, launch_shim.SET_OBSERVER)
+    set_observer.restype = ctypes.c_void_p
+    set_observer.argtypes = [ctypes.c_void_p]
+    real = ctypes.cast(getattr(runtime[0], launch_shim.RUNTIME_LAUNCH), ctypes.c_void_p).value
+    assert set_observer(None) == real
 
 
 def test_corrupt_entry_is_quarantined(tmp_path, monkeypatch):

@@ -80,10 +80,10 @@ def _decode_like(p: Problem) -> bool:
     return p.max_seqlen_q * p.group_size <= 64
 
 
-# fp8 KV on SM90 runs fp8_mma (H200, 2026-11-29, Gemma-4 31B heads: decode B=64 x 8k at 103% of
-# copy bandwidth, causal prefill of 8k tokens 543 TFLOP/s). Below it, each row keeps the better
-# of the other two for its shape: decode, Triton (70% of copy bandwidth vs 48% in mma16's
-# dequant path); prefill, the dequant path (263 TFLOP/s vs 189 in Triton).
+# fp8 KV on SM90 runs fp8_mma (H200, 2026-11-29, Gemma-4 31B heads: decode B=64 x 8k at 100-103%
+# of copy bandwidth, causal prefill of 8k tokens 590-600 TFLOP/s). Below it, each row keeps the
+# better of the other two for its shape: decode, Triton (68-70% of copy bandwidth vs 64% in
+# mma16's dequant path); prefill, the dequant path (349 TFLOP/s vs 189 in Triton).
 ROUTES = (
     Route(
         "SM90 + fp8 KV, decode-like",

@@ -11,6 +11,14 @@ The extension also registers the CUDA kernel of ``torch.ops.fa512.fwd``: a regis
 signature launches there without entering Python; any other call runs the op's Python body
 (`fa512.op.fwd_impl`), which registers it.
 
+Direct launch: for kernels loaded from a library linked with the launch shim
+(`fa512.launch_shim`), the first native call of a signature records the kernel's launch and the
+places of its data pointers in the parameters, and later calls launch with ``cuLaunchKernelEx``
+instead of the DSL-generated host function (`launch_spec` passes each kernel's library path).
+``FA512_DIRECT_LAUNCH=0`` (read when a signature is registered) keeps every launch on the host
+functions; ``module().direct_state(call)`` says per kernel whether the recording succeeded, and why
+not.
+
 Build: the first `module()` call in a process (the first time an SM90 launch could use it)
 compiles the extension with ``torch.utils.cpp_extension.load`` into
 ``$FA512_CACHE_DIR/native/<hash of source, torch, python, tvm-ffi>`` (~15 s, once; later
@@ -61,7 +69,7 @@ def _load():
         sources=[str(SOURCE)],
         extra_include_paths=[str(root / "include")],
         extra_cflags=["-O2"],
-        extra_ldflags=[f"-L{libdir}", "-ltvm_ffi", f"-Wl,-rpath,{libdir}"],
+        extra_ldflags=[f"-L{libdir}", "-ltvm_ffi", f"-Wl,-rpath,{libdir}", "-ldl"],  # -ldl: dlopen (direct launch)
         build_directory=str(build),
         with_cuda=False,
         verbose=False,
