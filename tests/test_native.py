@@ -107,6 +107,27 @@ def test_unknown_changed_and_python_only_signatures(mod, ho):
     assert mod.run(ho.op_args(q, k, v, None, kw)) is False and op.last_launch["kernel"] == "reference"
 
 
+def test_direct_launch_state_and_stage_times_on_cpu(mod, ho):
+    # Stand-in kernels come from no library, so there is no launch shim: both kernels stay on
+    # their tvm-ffi functions ("none"); stage_times times real native calls (it raises for a
+    # call the native path does not serve).
+    with ho.stubbed(ffi=True) as stubs:
+        q, k, v, kw = ho.make_call(dict(ho.CASES["decode_bf16_splits"], batch=2, k_len=256), "cpu")
+        call = ho.op_args(q, k, v, None, kw)
+        assert mod.direct_state(call) is None  # not registered yet
+        fa512.attention(q, k, v, **kw)
+        assert mod.direct_state(call) == ("none", "none")
+        before = stubs["fwd"].calls
+        stages = mod.stage_times(call, 3)
+        assert len(stages) == 4 and all(t >= 0 for t in stages) and stubs["fwd"].calls == before + 3
+        other = ho.op_args(q, k, v, None, dict(kw, causal=not kw["causal"]))
+        with pytest.raises(RuntimeError, match="not served natively"):
+            mod.stage_times(other, 1)
+    assert mod.set_direct(2) == 2 and mod.set_direct(0) == 2 and mod.set_direct(2) == 0
+    with pytest.raises(ValueError, match="mode 0, 1 or 2"):
+        mod.set_direct(3)
+
+
 def test_fa512_debug_takes_the_python_path(mod, ho, monkeypatch):
     with ho.stubbed(ffi=True) as stubs:
         q, k, v, kw = ho.make_call(dict(ho.CASES["decode_bf16"], batch=2, k_len=64, num_splits=1), "cpu")
