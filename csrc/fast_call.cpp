@@ -454,8 +454,8 @@ bool explain(const Recorded& base, const Recorded& moved, size_t lo, size_t hi, 
     }
   }
   // a TMA descriptor: moving its address back must give the base bytes exactly
-  for (size_t start = lo; start + kTensorMapBytes <= hi; start += 64) {
-    if (start % 64 != 0 || first < start || last >= start + kTensorMapBytes) continue;
+  for (size_t start = (lo + 63) & ~size_t{63}; start + kTensorMapBytes <= hi; start += 64) {
+    if (first < start || last >= start + kTensorMapBytes) continue;
     alignas(64) unsigned char desc[kTensorMapBytes];
     std::memcpy(desc, &moved.params[start], kTensorMapBytes);
     if (driver().replace_address(desc, reinterpret_cast<void*>(ptr)) == 0 &&
@@ -505,6 +505,20 @@ const char* prepare_direct(Direct& d, void* fn, TVMFFIAny* args, int n) {
   return nullptr;
 }
 
+// A launch configuration (runtime or driver layout; attributes have the same layout in both)
+// from a recording, on ``stream``.
+template <typename Config>
+Config recorded_config(const Recorded& r, void* stream) {
+  Config cfg{};
+  std::copy(r.grid, r.grid + 3, cfg.grid);
+  std::copy(r.block, r.block + 3, cfg.block);
+  cfg.smem = static_cast<decltype(cfg.smem)>(r.smem);
+  cfg.stream = stream;
+  cfg.attrs = r.attrs.empty() ? nullptr : r.attrs.data();
+  cfg.num_attrs = static_cast<unsigned>(r.attrs.size() / kAttrBytes);
+  return cfg;
+}
+
 // The recorded launch with this call's pointers and stream.
 bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::string& error) {
   alignas(64) unsigned char params[kMaxParamBytes];
@@ -525,22 +539,10 @@ bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::st
   for (size_t i = 0; i < d.rec.offsets.size(); ++i) argv[i] = params + d.rec.offsets[i];
   int rc;
   if (g_direct_mode == kDriverLaunch) {
-    DriverLaunchConfig cfg{};  // CUlaunchConfig
-    std::copy(d.rec.grid, d.rec.grid + 3, cfg.grid);
-    std::copy(d.rec.block, d.rec.block + 3, cfg.block);
-    cfg.smem = static_cast<unsigned>(d.rec.smem);
-    cfg.stream = stream;
-    cfg.attrs = d.rec.attrs.empty() ? nullptr : d.rec.attrs.data();  // CUlaunchAttribute has the same layout
-    cfg.num_attrs = static_cast<unsigned>(d.rec.attrs.size() / kAttrBytes);
+    const DriverLaunchConfig cfg = recorded_config<DriverLaunchConfig>(d.rec, stream);
     rc = driver().launch_ex(&cfg, d.rec.cu_function, argv, nullptr);
   } else {
-    LaunchConfig cfg{};
-    std::copy(d.rec.grid, d.rec.grid + 3, cfg.grid);
-    std::copy(d.rec.block, d.rec.block + 3, cfg.block);
-    cfg.smem = d.rec.smem;
-    cfg.stream = stream;
-    cfg.attrs = d.rec.attrs.empty() ? nullptr : d.rec.attrs.data();
-    cfg.num_attrs = static_cast<unsigned>(d.rec.attrs.size() / kAttrBytes);
+    const LaunchConfig cfg = recorded_config<LaunchConfig>(d.rec, stream);
     rc = d.launch(&cfg, d.rec.func, argv);
   }
   if (rc != 0) {
@@ -551,21 +553,34 @@ bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::st
   return true;
 }
 
-int current_device() {
-  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
+// A call's CUDA device (-1: CPU tensors) and whether it is the current device, read once per
+// call: the allocations and the direct launch take their fast paths only on the current device.
+struct CallDevice {
+  int index = -1;
+  bool current = false;
+};
+
+CallDevice call_device(const at::Tensor& q) {
+  CallDevice dev;
+  if (q.device().is_cuda()) {
+    dev.index = q.device().index();
+    dev.current = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index() == dev.index;
+  }
+  return dev;
 }
 
 // One compiled kernel on a call's arguments: the recorded launch once it is ready (on the
-// device it was recorded on), else the host function.
-bool call_kernel(void* fn, Direct* d, TVMFFIAny* args, int n, void* stream, int device, std::string& error) {
-  if (d != nullptr && g_direct_mode != kHostFunction && device >= 0) {  // CUDA tensors (the null stream is 0)
+// device it was recorded on, when current), else the host function.
+bool call_kernel(void* fn, Direct* d, TVMFFIAny* args, int n, void* stream, const CallDevice& dev,
+                 std::string& error) {
+  if (d != nullptr && g_direct_mode != kHostFunction && dev.index >= 0) {  // CUDA tensors (the null stream is 0)
     if (d->state == Direct::kUntried) {
       const char* why = prepare_direct(*d, fn, args, n);
       d->state = why == nullptr ? Direct::kReady : Direct::kOff;
       d->why_off = why == nullptr ? "" : why;
-      d->device = device;
+      d->device = dev.index;
     }
-    if (d->state == Direct::kReady && d->device == device && current_device() == device) {
+    if (d->state == Direct::kReady && d->device == dev.index && dev.current) {
       return launch_direct(*d, args, stream, error);
     }
   }
@@ -600,8 +615,8 @@ void mark(int stage) {
 // An uninitialised tensor on ``like``'s device: straight from the device's caching allocator
 // when that device is current (what at::empty does after its dispatch and device guard,
 // ~1 us less per tensor), else at::empty.
-at::Tensor fast_empty(c10::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& like) {
-  if (like.device().is_cuda() && current_device() == like.device().index()) {
+at::Tensor fast_empty(c10::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& like, const CallDevice& dev) {
+  if (dev.current) {
     return at::detail::empty_generic(sizes, c10::GetAllocator(c10::DeviceType::CUDA),
                                      c10::DispatchKeySet(c10::DispatchKey::CUDA), dtype, std::nullopt);
   }
@@ -617,7 +632,8 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   const at::Tensor& q = *t[Q];
   const at::Tensor& k = *t[K];
   const at::Tensor& v = *t[V];
-  out = e.alloc_out ? fast_empty(q.sizes(), q.scalar_type(), q) : *t[OUT];
+  const CallDevice dev = call_device(q);
+  out = e.alloc_out ? fast_empty(q.sizes(), q.scalar_type(), q, dev) : *t[OUT];
   // TMA needs 16-byte aligned bases
   if ((reinterpret_cast<uintptr_t>(q.data_ptr()) | reinterpret_cast<uintptr_t>(k.data_ptr()) |
        reinterpret_cast<uintptr_t>(v.data_ptr()) | reinterpret_cast<uintptr_t>(out.data_ptr())) & 15) {
@@ -666,7 +682,7 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
     desc[i] = any_tensor(&ddesc[i]);
   }
   void* stream = current_stream(q);
-  lse = fast_empty({e.lse_shape[0], e.lse_shape[1]}, at::kFloat, q);
+  lse = fast_empty({e.lse_shape[0], e.lse_shape[1]}, at::kFloat, q, dev);
   DLTensor dlse = dl_of(lse);
   const int64_t num_splits = e.ints[3];
 
@@ -675,8 +691,9 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   DLTensor* fwd_out = &dout;
   DLTensor* fwd_lse = &dlse;
   if (e.combine != nullptr) {
-    o_part = fast_empty({e.o_part_shape[0], e.o_part_shape[1], e.o_part_shape[2], e.o_part_shape[3]}, at::kFloat, q);
-    lse_part = fast_empty({e.lse_part_shape[0], e.lse_part_shape[1], e.lse_part_shape[2]}, at::kFloat, q);
+    o_part = fast_empty({e.o_part_shape[0], e.o_part_shape[1], e.o_part_shape[2], e.o_part_shape[3]}, at::kFloat, q,
+                        dev);
+    lse_part = fast_empty({e.lse_part_shape[0], e.lse_part_shape[1], e.lse_part_shape[2]}, at::kFloat, q, dev);
     dopart = dl_of(o_part);
     dlsepart = dl_of(lse_part);
     fwd_out = &dopart;
@@ -690,13 +707,12 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
       meta[0], meta[1], meta[2], meta[3], desc[0], desc[1], desc[2],
       any_float(e.softmax_scale), any_int(e.ints[0]), any_int(e.ints[1]), any_int(e.ints[2]),
       any_int(num_splits), any_int(e.ints[4]), any_ptr(stream)};
-  const int device = q.device().is_cuda() ? q.device().index() : -1;
-  if (!call_kernel(e.fwd, e.direct_fwd.get(), fa, 19, stream, device, error)) return Status::kFailed;
+  if (!call_kernel(e.fwd, e.direct_fwd.get(), fa, 19, stream, dev, error)) return Status::kFailed;
   if (e.combine != nullptr) {
     // combine(o_part, lse_part, out, lse, cu_seqlens_q, num_splits, stream)
     TVMFFIAny ca[7] = {any_tensor(&dopart), any_tensor(&dlsepart), any_tensor(&dout), any_tensor(&dlse),
                        meta[0], any_int(num_splits), any_ptr(stream)};
-    if (!call_kernel(e.combine, e.direct_combine.get(), ca, 7, stream, device, error)) return Status::kFailed;
+    if (!call_kernel(e.combine, e.direct_combine.get(), ca, 7, stream, dev, error)) return Status::kFailed;
   }
   ++g_launches;
   mark(2);

@@ -144,13 +144,11 @@ def stubbed(ffi: bool = False):
     saved = [
         (call_cache, "target_of", call_cache.target_of),
         (compile_cache, "get_kernel", compile_cache.get_kernel),
-        (compile_cache, "library_path", compile_cache.library_path),  # stubs come from no library
         (BACKENDS["mma16"], "unavailable", None),  # an instance attribute shadowing the method
         (torch._C, "_cuda_getCurrentRawStream", getattr(torch._C, "_cuda_getCurrentRawStream", None)),
     ]
     call_cache.target_of = lambda device: h200
     compile_cache.get_kernel = lambda spec, target_arch=None: kernels[spec.kind]
-    compile_cache.library_path = lambda spec, target_arch=None: None
     BACKENDS["mma16"].unavailable = lambda: None
     torch._C._cuda_getCurrentRawStream = lambda index: 0
     call_cache.clear()

@@ -319,13 +319,15 @@ def _runtime_libraries_no_dsl() -> list[str]:
 
 _MEMORY: dict = {}
 _MEMORY_LOCK = threading.Lock()
-_LIBRARIES: dict = {}  # (key, arch) -> the .so a kernel was loaded from
+_LIBRARIES: dict = {}  # id(fn) -> (fn, the .so it was loaded from)
 
 
-def library_path(spec: KernelSpec, target_arch: Optional[str] = None) -> Optional[str]:
-    """The shared library ``spec``'s loaded kernel came from (None: compiled in memory, or a
-    ``.o``); the native warm call looks for the launch shim there (`fa512.launch_shim`)."""
-    return _LIBRARIES.get((spec.key(), target_arch or arch()))
+def library_of(fn: Callable) -> Optional[str]:
+    """The shared library a kernel `get_kernel` returned was loaded from (None: compiled in
+    memory, a ``.o``, or any other callable); the native warm call looks for the launch shim
+    there (`fa512.launch_shim`)."""
+    entry = _LIBRARIES.get(id(fn))
+    return entry[1] if entry is not None and entry[0] is fn else None
 
 
 def get_kernel(spec: KernelSpec, target_arch: Optional[str] = None) -> Callable:
@@ -353,17 +355,17 @@ def _load_or_build(spec: KernelSpec, target_arch: str) -> Callable:
             path = directory / f"{name}{suffix}"
             if path.exists():
                 try:
-                    return _loaded(spec, target_arch, path, load_entry(path, name))
+                    return _loaded(path, load_entry(path, name))
                 except Exception:
                     os.replace(path, path.with_suffix(suffix + ".bad"))  # quarantine, rebuild below
         result = compile_spec(spec, target_arch)
         path = export_entry(result, directory)
-        return _loaded(spec, target_arch, path, load_entry(path, name))
+        return _loaded(path, load_entry(path, name))
 
 
-def _loaded(spec: KernelSpec, target_arch: str, path: Path, fn: Callable) -> Callable:
+def _loaded(path: Path, fn: Callable) -> Callable:
     if path.suffix == ".so":
-        _LIBRARIES[(spec.key(), target_arch)] = str(path)
+        _LIBRARIES[id(fn)] = (fn, str(path))
     return fn
 
 
@@ -378,6 +380,6 @@ __all__ = [
     "fake_fwd_args",
     "fingerprint",
     "get_kernel",
-    "library_path",
+    "library_of",
     "load_entry",
 ]

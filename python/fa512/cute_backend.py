@@ -130,9 +130,11 @@ class Mma16Backend(Backend):
             raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
             if raw_stream is None:
                 raw_stream = lambda index: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
+            fwd = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
+            combine = compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None
             state = (
-                compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg)),
-                compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None,
+                fwd,
+                combine,
                 (float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr)),
                 k.dtype == torch.float8_e4m3fn,
                 device, device.index, raw_stream,
@@ -143,10 +145,7 @@ class Mma16Backend(Backend):
                 plan.fast = _fast_launch(plan, state)
                 # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes, the kernels'
                 # libraries for the direct launch): no stream getter
-                libraries = (
-                    compile_cache.library_path(compile_cache.KernelSpec("fwd", cfg)),
-                    compile_cache.library_path(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None,
-                )
+                libraries = (compile_cache.library_of(fwd), compile_cache.library_of(combine))
                 plan.native_state = state[:4] + state[7:] + (libraries,)
         return _run(state, q, k, v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
                     args.q_descale, args.k_descale, args.v_descale)
