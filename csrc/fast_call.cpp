@@ -1011,7 +1011,8 @@ PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
 }
 
 // direct_state(call) -> None (unknown signature) or (fwd, combine) states: "none" (no shim),
-// "untried", "ready (N patches)", "off: <why>" (the recording could not explain the launch).
+// "untried", "ready (N patches, M TMA; P B of parameters; attributes [ids])", "off: <why>"
+// (the recording could not explain the launch).
 PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
   if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
     PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 19 arguments as a tuple");
@@ -1025,7 +1026,16 @@ PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
   auto name = [](const Direct* d) -> std::string {
     if (d == nullptr) return "none";
     if (d->state == Direct::kOff) return std::string("off: ") + d->why_off;
-    return d->state == Direct::kReady ? "ready (" + std::to_string(d->patches.size()) + " patches)" : "untried";
+    if (d->state != Direct::kReady) return "untried";
+    size_t maps = std::count_if(d->patches.begin(), d->patches.end(), [](const Patch& p) { return p.tensor_map; });
+    std::string s = "ready (" + std::to_string(d->patches.size()) + " patches, " + std::to_string(maps) + " TMA; " +
+                    std::to_string(d->rec.params.size()) + " B of parameters; attributes [";
+    for (size_t a = 0; a < d->rec.attrs.size(); a += kAttrBytes) {
+      int id;
+      std::memcpy(&id, &d->rec.attrs[a], sizeof id);
+      s += (a ? " " : "") + std::to_string(id);
+    }
+    return s + "])";
   };
   return Py_BuildValue("(ss)", name(e->direct_fwd.get()).c_str(), name(e->direct_combine.get()).c_str());
 }

@@ -37,8 +37,9 @@ for step in "$@"; do
       run "$step" 300 $smoke --no-perf --case "${step#mma16case_}" --out "$OUT/$step" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
+    launch_cost) run launch_cost 120 bash -c "nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost" ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 31 --calls 200 ;;
-    overhead_bd) run overhead_bd 200 python3 profiles/host_overhead.py --breakdown --case decode_tiny decode_fp8 decode_bf16_splits ;;
+    overhead_bd) run overhead_bd 200 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_fp8 decode_bf16_splits ;;
     check)       run check 580 python3 -m fa512 check ;;
     bench)       run bench 580 python3 -m fa512 bench --quick --out "$OUT/bench" ;;
     ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;

@@ -19,6 +19,9 @@ the round) and reports us per call (median and min over rounds). On a GPU the sa
 also timed with CUDA events (device time per call; equal to the host time only when the GPU
 waits on the host, as in the ``decode_tiny`` case). ``--profile`` adds a cProfile of the warm
 ``attention`` loop. The acceptance bar is < 10 us per call for ``attention`` and ``op``.
+``--breakdown`` times the pieces of one warm call instead; with ``--floor`` it adds torch's own
+cost of calling an op with fa512's schema (``profiles/dispatch_floor.py``: a no-op kernel, from
+Python and from the C++ dispatcher) beside ``fa512::fwd`` on both paths.
 
 Dev-VM numbers (stubbed, before and after the per-signature launchers) are in fa512/call_cache.py.
 """
@@ -222,10 +225,29 @@ def profile(case: str, device: str, calls: int = 5000, top: int = 15) -> str:
     return text.getvalue()
 
 
-def breakdown(case: str, device: str, calls: int = 200) -> list:
+_FLOOR = []
+
+
+def _dispatch_floor():
+    """`profiles/dispatch_floor.py`'s probe module, built once per process; None if it cannot be."""
+    if not _FLOOR:
+        try:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import dispatch_floor
+
+            _FLOOR.append(dispatch_floor.build())
+        except Exception as exc:  # a profile extra: report and go on
+            print(f"# dispatch floor probe unavailable: {type(exc).__name__}: {exc}", flush=True)
+            _FLOOR.append(None)
+    return _FLOOR[0]
+
+
+def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> list:
     """us per warm call of each piece of the `fa512.attention` path (best of 5 rounds): the
     signature, the launcher lookup, the backend launch, the compiled function alone, and the
-    torch pieces a launch uses. Where the pieces add up to less than ``run``, the rest is glue."""
+    torch pieces a launch uses. Where the pieces add up to less than ``run``, the rest is glue.
+    ``floor``: also the op called through ``torch.ops`` and through the C++ dispatcher, each
+    beside a no-op kernel with the same schema (`dispatch_floor`)."""
     from fa512 import call_cache, native, op
 
     q, k, v, kw = make_call(CASES[case], device)
@@ -251,6 +273,7 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
         launch_only = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
     small = torch.zeros(16, device=q.device)
     mod = native.loaded()
+    floor = _dispatch_floor() if floor else None
 
     def python_path():
         with native.bypassed():
@@ -273,6 +296,8 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
         "native call, recorded launch via cuLaunchKernelEx (default)": native_mode(2) if mod else None,
         "run on the Python path (native off)": python_path if mod else None,
         "reference: small.add_(1) (one torch kernel launch)": lambda: small.add_(1),
+        "op: torch.ops.fa512.fwd (Python call)": lambda: torch.ops.fa512.fwd(*args),
+        "op floor: no-op kernel, same schema, torch.ops": (lambda: torch.ops.fa512_floor.fwd(*args)) if floor else None,
         "signature": lambda: call_cache._signature(args),
         "lookup (signature + dict + overlap + args)": lambda: call_cache.lookup(args),
         "launch (backend)": lambda: launcher.launch(launcher, fargs, out),
@@ -298,6 +323,11 @@ def breakdown(case: str, device: str, calls: int = 200) -> list:
                 fn()
             best = min(best, (time.perf_counter() - t0) / calls * 1e6)
         rows.append((name, best))
+    if floor is not None:  # the op from C++ (no Python parsing): torch's floor, and fa512::fwd
+        for name, label in (("fa512_floor::fwd", "op floor: no-op kernel, same schema, C++ dispatcher"),
+                            ("fa512::fwd", "op: fa512::fwd through the C++ dispatcher")):
+            floor.dispatch_us(name, args, 50)
+            rows.append((label, min(floor.dispatch_us(name, args, calls) for _ in range(5))))
     if device == "cuda":
         torch.cuda.synchronize()
         if mod is not None:
@@ -327,6 +357,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the warm attention loop per case")
     parser.add_argument("--json", default=None, help="also write the rows here")
     parser.add_argument("--breakdown", action="store_true", help="time the pieces of one warm call per case")
+    parser.add_argument("--floor", action="store_true",
+                        help="with --breakdown: also torch's own op-call cost (profiles/dispatch_floor.py, ~40 s build)")
     args = parser.parse_args(argv)
 
     import fa512  # noqa: F401  (registers torch.ops.fa512.fwd)
@@ -343,7 +375,7 @@ def main(argv=None) -> int:
     if args.breakdown:
         with stubbed() if stub else contextlib.nullcontext():
             for case in cases:
-                for name, us in breakdown(case, device):
+                for name, us in breakdown(case, device, floor=args.floor):
                     print(f"{case:20s} {name:45s} {us:7.2f} us", flush=True)
         return 0
     with stubbed() if stub else contextlib.nullcontext():
