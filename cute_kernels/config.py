@@ -25,7 +25,7 @@ REGISTER_FILE = 65536  # 32-bit registers per SM
 # = 65536 (2026-11-29). 40 + 2 x 232 = 504 x 128 = 64512 fills the pool exactly.
 LAUNCH_REGS = (REGISTER_FILE // NUM_THREADS) // 8 * 8  # 168
 REGISTER_POOL = LAUNCH_REGS * NUM_THREADS  # 64512
-STAGES = ("launch", "setup", "load", "qk", "full")  # diagnostic kernel stages, see Sm90FwdConfig.stage
+STAGES = ("launch", "setup", "load", "qk", "full", "no_vt")  # diagnostic kernel stages, see Sm90FwdConfig.stage
 # ``trace`` heartbeat: CTA (0, 0, 0) lane 0 of warp w writes (event code, a, b) to words
 # [3w, 3w + 3) of a host-mapped int32 buffer (code = index + 1 in TRACE_EVENTS); every warp of
 # every CTA adds 1 to word TRACE_EXIT_WORD when it leaves the kernel. The host reads it while a
@@ -154,13 +154,15 @@ class Sm90FwdConfig:
         warpgroup converts its own d half of every block itself (fence + warpgroup barrier on
         its critical path). X[w] then lives in warpgroup w's d half of the block's f16 K stage,
         which is released after the S exchange (no X_FREE handshake).
-    stage : "launch" | "setup" | "load" | "qk" | "full"
+    stage : "launch" | "setup" | "load" | "qk" | "full" | "no_vt"
         Diagnostic cut of the kernel (the GPU smoke script's ``--diag`` runs them in order):
         "launch" returns at once (tvm-ffi launch path only); "setup" adds smem, mbarrier init,
         the CTA barrier and setmaxnreg; "load" adds the producer's TMA and the consumers'
         wait/release of every Q/K/V stage (plus the fp8 conversions), no MMA; "qk" adds the QK
         wgmma, the split-d S exchange, masks and softmax (no PV); "full" is the kernel.
-        Every stage below "full" writes garbage or zeros to O/lse.
+        Every stage below "full" writes garbage or zeros to O/lse. "no_vt" (fp8_mma, timing
+        only, wrong output) is "full" without the V transpose: the V stage is released unread
+        and P.V reads whatever V^T holds, the bound for a V^T that arrives by TMA.
     trace : bool
         Per-warp progress of CTA (0, 0, 0) (barrier init, setmaxnreg, every issue / wait /
         release): a heartbeat in host-mapped memory at the kernel argument ``trace_addr``
@@ -404,7 +406,9 @@ class Sm90FwdConfig:
             return False, f"qk_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
         if self.pingpong and (self.mma_path != "fp8_mma" or self.qk_mode != "duplicate"):
             return False, "pingpong alternates independent warpgroups: fp8_mma with qk_mode='duplicate' only"
-        if self.pingpong and self.stage != "full":
+        if self.stage == "no_vt" and self.mma_path != "fp8_mma":
+            return False, "stage 'no_vt' drops fp8_mma's V transpose: fp8_mma only"
+        if self.pingpong and self.stage not in ("full", "no_vt"):
             return False, "pingpong's turns pair the QK and PV issues: no diagnostic cuts"
         if self.cvt_warps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
             return False, "cvt_warps converts e4m3 K/V for the dequant control: fp8_dequant with qk_mode='split_d' only"

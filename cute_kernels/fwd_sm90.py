@@ -116,7 +116,7 @@ class FlashFwdSm90:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
         self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d",
-                                  cvt_warps=config.cvt_warps)
+                                  cvt_warps=config.cvt_warps, skip_transpose=config.stage == "no_vt")
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m

@@ -200,6 +200,7 @@ class Fp8MmaPath:
     q_dtype_name: str  # "bf16" | "f16"
     tile_n: int
     shared_q: bool = False  # duplicated QK: both warpgroups read the whole e4m3 Q tile
+    skip_transpose: bool = False  # Sm90FwdConfig.stage "no_vt" (timing only)
 
     @property
     def mma_dtype(self):
@@ -243,6 +244,9 @@ class Fp8MmaPath:
         ``sDst_w``: (Vt words, first word of this warpgroup's Vt).
         """
         vt_words, vt_base = sDst_w
+        if const_expr(self.skip_transpose):
+            handle.release()
+            return 0
         _rewrite_from_stage(handle, wg, lambda: transpose_v_half(
             sSrc_w, handle.index, vt_words, vt_base, wg, tidx_wg, rows_valid, self.tile_n, self.shared_q))
         return 0
@@ -339,13 +343,14 @@ def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Co
                     cute.autovec_copy(part, dst[dst_units[q][u] + step * (b + j), None])
 
 
-def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False):
+def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False,
+                  skip_transpose: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype, tile_n, in_producer=cvt_warps)
     if mma_path == "fp8_mma":
-        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d)
+        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, skip_transpose=skip_transpose)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 

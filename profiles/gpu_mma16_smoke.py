@@ -183,6 +183,8 @@ def fp8_perf_cases() -> list[dict]:
         _prefill8k("ab_prefill8192_causal_fp8_dequant_qregs0", config=no_qregs),
         _decode("ab_decode_b64_k8192_fp8_dequant_qregs0", 64, 8192, config=no_qregs),
         _prefill8k("ab_prefill8192_causal_fp8_mma_splitd", **mma, config=SPLIT_D),
+        # timing bound only (wrong output): the dispatched pingpong without its V transpose
+        _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(stage="no_vt")),
         _decode("ab_decode_b64_k8192_fp8_mma_pingpong", 64, 8192, **mma, config=PINGPONG),
         _decode("ab_decode_b4_k32768_fp8_mma_split_pingpong", 4, 32768, **split, config=PINGPONG),
         _prefill8k("ab_prefill8192_causal_fp8_mma_promoted", **mma, config=PROMOTED),
