@@ -62,6 +62,8 @@ struct Entry {
   bool python_only = true;
   void* fwd = nullptr;      // TVMFFIObjectHandle of the compiled forward
   void* combine = nullptr;  // and of the split combine (nullptr without splits)
+  void* prepass = nullptr;  // and of the V^T prepass (cute_kernels/v_prepass.py; nullptr without)
+  int64_t vt_shape[4] = {};  // its scratch (B, Hkv, 512, Kpad), which the forward takes as V
   PyObject* keep = nullptr;  // a tuple holding the tvm-ffi Function objects alive
   double softmax_scale = 0;
   int64_t ints[5] = {};  // window_left, window_right, max_seqlen_q, num_splits, trace address
@@ -70,12 +72,15 @@ struct Entry {
   int64_t lse_shape[2] = {};
   int64_t o_part_shape[4] = {};
   int64_t lse_part_shape[3] = {};
+  int64_t o_part_strides[4] = {};  // contiguous; both partials live in one workspace allocation
+  int64_t lse_part_strides[3] = {};
+  int64_t o_part_numel = 0, lse_part_numel = 0;
   int descale_mode[3] = {};
   int64_t batch = 0, num_kv_heads = 0;
   int64_t extents[4] = {};  // bytes q, k, v, out can touch from their data pointers
   PyObject* record = nullptr;       // dict merged into last_launch on every call
   PyObject* last_launch = nullptr;  // fa512.op.last_launch
-  std::shared_ptr<Direct> direct_fwd, direct_combine;  // null: the library has no launch shim
+  std::shared_ptr<Direct> direct_fwd, direct_combine, direct_prepass;  // null: the library has no launch shim
 };
 
 struct KeyHash {
@@ -232,6 +237,30 @@ DLTensor dl_of(const at::Tensor& t, bool as_uint8 = false) {
   d.shape = const_cast<int64_t*>(t.sizes().data());
   d.strides = const_cast<int64_t*>(t.strides().data());
   d.byte_offset = 0;
+  return d;
+}
+
+// Row-major strides of ``shape`` into ``strides``; returns the element count.
+int64_t contiguous_strides(const int64_t* shape, int64_t* strides, int ndim) {
+  int64_t n = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    strides[i] = n;
+    n *= shape[i];
+  }
+  return n;
+}
+
+// A contiguous fp32 tensor at ``data`` on ``device`` (a slice of a workspace).
+DLTensor dl_fp32(void* data, DLDevice device, const int64_t* shape, const int64_t* strides, int ndim) {
+  DLTensor d{};
+  d.data = data;
+  d.device = device;
+  d.ndim = ndim;
+  d.dtype.code = kDLFloat;
+  d.dtype.bits = 32;
+  d.dtype.lanes = 1;
+  d.shape = const_cast<int64_t*>(shape);
+  d.strides = const_cast<int64_t*>(strides);
   return d;
 }
 
@@ -686,24 +715,39 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   DLTensor dlse = dl_of(lse);
   const int64_t num_splits = e.ints[3];
 
-  at::Tensor o_part, lse_part;
+  // Splits: the fp32 partial O and lse in one allocation (O first: its size is a multiple of
+  // 2 KB, so the lse part stays aligned); freed when this returns, after both launches are
+  // queued, which the caching allocator's stream order makes safe.
+  at::Tensor workspace;
   DLTensor dopart, dlsepart;
   DLTensor* fwd_out = &dout;
   DLTensor* fwd_lse = &dlse;
   if (e.combine != nullptr) {
-    o_part = fast_empty({e.o_part_shape[0], e.o_part_shape[1], e.o_part_shape[2], e.o_part_shape[3]}, at::kFloat, q,
-                        dev);
-    lse_part = fast_empty({e.lse_part_shape[0], e.lse_part_shape[1], e.lse_part_shape[2]}, at::kFloat, q, dev);
-    dopart = dl_of(o_part);
-    dlsepart = dl_of(lse_part);
+    workspace = fast_empty({e.o_part_numel + e.lse_part_numel}, at::kFloat, q, dev);
+    float* base = static_cast<float*>(workspace.data_ptr());
+    dopart = dl_fp32(base, dq.device, e.o_part_shape, e.o_part_strides, 4);
+    dlsepart = dl_fp32(base + e.o_part_numel, dq.device, e.lse_part_shape, e.lse_part_strides, 3);
     fwd_out = &dopart;
     fwd_lse = &dlsepart;
   }
+  at::Tensor vt;  // the V^T scratch, when the signature runs the prepass
+  DLTensor dvt;
+  DLTensor* fwd_v = &dv;
+  if (e.prepass != nullptr) {
+    vt = fast_empty({e.vt_shape[0], e.vt_shape[1], e.vt_shape[2], e.vt_shape[3]}, at::kByte, q, dev);
+    dvt = dl_of(vt);
+    fwd_v = &dvt;
+  }
   mark(1);
+  if (e.prepass != nullptr) {
+    // prepass(v, page_table, cu_seqlens_k, seqused_k, vt, stream)
+    TVMFFIAny pa[6] = {any_tensor(&dv), meta[3], meta[1], meta[2], any_tensor(&dvt), any_ptr(stream)};
+    if (!call_kernel(e.prepass, e.direct_prepass.get(), pa, 6, stream, dev, error)) return Status::kFailed;
+  }
   // fwd(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, q/k/v descale,
   //     softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace, stream)
   TVMFFIAny fa[19] = {
-      any_tensor(&dq), any_tensor(&dk), any_tensor(&dv), any_tensor(fwd_out), any_tensor(fwd_lse),
+      any_tensor(&dq), any_tensor(&dk), any_tensor(fwd_v), any_tensor(fwd_out), any_tensor(fwd_lse),
       meta[0], meta[1], meta[2], meta[3], desc[0], desc[1], desc[2],
       any_float(e.softmax_scale), any_int(e.ints[0]), any_int(e.ints[1]), any_int(e.ints[2]),
       any_int(num_splits), any_int(e.ints[4]), any_ptr(stream)};
@@ -917,7 +961,8 @@ std::shared_ptr<Direct> direct_for(PyObject* library) {
 // register(call, spec) with spec None ("Python only") or the tuple fa512.native.launch_spec builds:
 // (fwd, combine | None, softmax_scale, (window_left, window_right, max_seqlen_q, num_splits, trace),
 //  kv_fp8, alloc_out, lse_shape, o_part_shape, lse_part_shape, descale_modes, (batch, Hkv),
-//  extents, record, last_launch, (fwd library | None, combine library | None))
+//  prepass | None, vt_shape (4 ints | ()), extents, record, last_launch,
+//  (fwd library | None, combine library | None, prepass library | None))
 PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
   PyObject *call, *spec;
   if (!PyArg_ParseTuple(pyargs, "O!O", &PyTuple_Type, &call, &spec)) return nullptr;
@@ -931,13 +976,18 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
   Entry e;
   if (spec != Py_None) {
     PyObject *fwd, *combine, *ints, *lse_shape, *o_part_shape, *lse_part_shape, *modes, *dims, *extents;
-    PyObject *record, *last_launch, *fwd_lib, *combine_lib;
+    PyObject *prepass, *vt_shape, *record, *last_launch, *fwd_lib, *combine_lib, *prepass_lib;
     double scale;
     int kv_fp8, alloc_out;
-    if (!PyArg_ParseTuple(spec, "OOdO!ppO!O!O!O!O!O!O!O!(OO)", &fwd, &combine, &scale, &PyTuple_Type, &ints, &kv_fp8,
-                          &alloc_out, &PyTuple_Type, &lse_shape, &PyTuple_Type, &o_part_shape, &PyTuple_Type,
-                          &lse_part_shape, &PyTuple_Type, &modes, &PyTuple_Type, &dims, &PyTuple_Type, &extents,
-                          &PyDict_Type, &record, &PyDict_Type, &last_launch, &fwd_lib, &combine_lib)) {
+    if (!PyArg_ParseTuple(spec, "OOdO!ppO!O!O!OO!O!O!O!O!O!(OOO)", &fwd, &combine, &scale, &PyTuple_Type, &ints,
+                          &kv_fp8, &alloc_out, &PyTuple_Type, &lse_shape, &PyTuple_Type, &o_part_shape, &PyTuple_Type,
+                          &lse_part_shape, &prepass, &PyTuple_Type, &vt_shape, &PyTuple_Type, &modes, &PyTuple_Type,
+                          &dims, &PyTuple_Type, &extents, &PyDict_Type, &record, &PyDict_Type, &last_launch, &fwd_lib,
+                          &combine_lib, &prepass_lib)) {
+      return nullptr;
+    }
+    if (prepass != Py_None && !read_ints(vt_shape, e.vt_shape, 4)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fa512 native register: malformed vt_shape");
       return nullptr;
     }
     int64_t mode_vals[3], dim_vals[2];
@@ -949,8 +999,11 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
     }
     e.fwd = ffi_handle(fwd);
     e.combine = combine == Py_None ? nullptr : ffi_handle(combine);
-    if (e.fwd == nullptr || (combine != Py_None && e.combine == nullptr)) return nullptr;
-    e.keep = PyTuple_Pack(2, fwd, combine);
+    e.prepass = prepass == Py_None ? nullptr : ffi_handle(prepass);
+    if (e.fwd == nullptr || (combine != Py_None && e.combine == nullptr) || (prepass != Py_None && e.prepass == nullptr)) {
+      return nullptr;
+    }
+    e.keep = PyTuple_Pack(3, fwd, combine, prepass);
     Py_INCREF(record);
     Py_INCREF(last_launch);
     e.record = record;
@@ -961,10 +1014,13 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
     for (int i = 0; i < 3; ++i) e.descale_mode[i] = static_cast<int>(mode_vals[i]);
     e.batch = dim_vals[0];
     e.num_kv_heads = dim_vals[1];
+    e.o_part_numel = contiguous_strides(e.o_part_shape, e.o_part_strides, 4);
+    e.lse_part_numel = contiguous_strides(e.lse_part_shape, e.lse_part_strides, 3);
     const char* direct_env = std::getenv("FA512_DIRECT_LAUNCH");  // "0": host functions only
     if (direct_env == nullptr || std::strcmp(direct_env, "0") != 0) {
       e.direct_fwd = direct_for(fwd_lib);
       e.direct_combine = e.combine != nullptr ? direct_for(combine_lib) : nullptr;
+      e.direct_prepass = e.prepass != nullptr ? direct_for(prepass_lib) : nullptr;
     }
     e.python_only = false;
   }
@@ -1010,9 +1066,9 @@ PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
   return PyLong_FromLong(previous);
 }
 
-// direct_state(call) -> None (unknown signature) or (fwd, combine) states: "none" (no shim),
-// "untried", "ready (N patches, M TMA; P B of parameters; attributes [ids])", "off: <why>"
-// (the recording could not explain the launch).
+// direct_state(call) -> None (unknown signature) or (fwd, combine, prepass) states: "none" (no
+// such kernel, or no shim), "untried", "ready (N patches, M TMA; P B of parameters; attributes
+// [ids])", "off: <why>" (the recording could not explain the launch).
 PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
   if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
     PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 19 arguments as a tuple");
@@ -1037,7 +1093,8 @@ PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
     }
     return s + "])";
   };
-  return Py_BuildValue("(ss)", name(e->direct_fwd.get()).c_str(), name(e->direct_combine.get()).c_str());
+  return Py_BuildValue("(sss)", name(e->direct_fwd.get()).c_str(), name(e->direct_combine.get()).c_str(),
+                       name(e->direct_prepass.get()).c_str());
 }
 
 PyMethodDef kMethods[] = {

@@ -141,6 +141,11 @@ class Sm90FwdConfig:
         per-block data, take turns issuing their MMAs (named barriers), so one warpgroup's
         softmax and V transpose run while the other's QK and PV occupy the tensor cores
         (FlashAttention-3's inter-warpgroup overlap).
+    vt_prepass : bool
+        fp8_mma pingpong only: V^T comes from a global scratch that `cute_kernels.v_prepass`
+        fills once per key block before the forward kernel (the same transpose, once instead of
+        once per M tile); the kernel TMA-loads its two d halves into the V stage and P.V reads
+        it there. The call passes the scratch ``(B, Hkv, 512, Kpad)`` in V's argument slot.
     q_reg_steps : int
         fp8_dequant only: how many of the QK product's 16 k-steps (m64 x tile_n x k16, this
         warpgroup's d half) take Q from registers (RS wgmma) instead of shared memory. Q is
@@ -188,6 +193,7 @@ class Sm90FwdConfig:
     pv_promote: bool = False
     qk_promote: bool = False
     pingpong: bool = False
+    vt_prepass: bool = False
     q_reg_steps: int = 0
     cvt_warps: bool = False
     stage: str = "full"
@@ -266,6 +272,8 @@ class Sm90FwdConfig:
             parts.append("qkpromote")
         if self.pingpong:
             parts.append("pp")
+        if self.vt_prepass:
+            parts.append("vtp")
         if self.q_reg_steps:
             parts.append(f"qr{self.q_reg_steps}")
         if self.cvt_warps:
@@ -410,6 +418,8 @@ class Sm90FwdConfig:
             return False, "stage 'no_vt' drops fp8_mma's V transpose: fp8_mma only"
         if self.pingpong and self.stage not in ("full", "no_vt"):
             return False, "pingpong's turns pair the QK and PV issues: no diagnostic cuts"
+        if self.vt_prepass and not (self.pingpong and self.tile_n == 64 and not self.pv_promote):
+            return False, "vt_prepass feeds V^T by TMA to fp8_mma's pingpong layout (tile_n 64, no pv_promote) only"
         if self.cvt_warps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
             return False, "cvt_warps converts e4m3 K/V for the dequant control: fp8_dequant with qk_mode='split_d' only"
         if self.q_reg_steps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
@@ -431,6 +441,10 @@ class Sm90FwdConfig:
 # prevents grows with the keys one CTA accumulates: at 8k keys it is well below the e4m3
 # rounding of Q and P.
 PV_PROMOTE_MIN_KEYS = 16384
+# fp8_mma pingpong calls with at least this many M tiles per sequence transpose V once, before
+# the forward kernel (`Sm90FwdConfig.vt_prepass`): each V block is then reused by many tiles,
+# while the pass costs one extra read and write of V.
+VT_PREPASS_MIN_M_TILES = 16
 # f16 ring depth of the dequant control's converter warps (`Sm90FwdConfig.cvt_warps`): Q 64 KB +
 # K and V 2 x 32 KB + one 16 KB e4m3 staging stage each = 224 KB at tile_n=32.
 CVT_F16_STAGES = 2
@@ -490,6 +504,8 @@ def default_config(
             # for split-d; one-tile decode is faster split-d (99.4% against 97.6% of copy
             # bandwidth at B=64), 2026-11-29.
             regs = dict(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240)
+            if -(-max_seqlen_q * pack // TILE_M) >= VT_PREPASS_MIN_M_TILES:
+                regs["vt_prepass"] = True
     elif mma_path == "fp8_dequant":
         # The producer warpgroup's warps 1-3 convert (`Sm90FwdConfig.cvt_warps`): Q 64 + f16 K/V
         # rings 2 x 2 x 32 (the S exchange lives in K's stages) + one e4m3 staging stage each
@@ -517,7 +533,7 @@ def default_config(
     ).with_split(split)
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "VT_PREPASS_MIN_M_TILES", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -546,8 +562,10 @@ def variant_list(full: bool = True) -> list:
             for mask in MASKS:
                 for split in (False, True):
                     # fp8_mma: short and long-context (promoted) variants, and the multi-tile (pingpong)
-                    # one; dequant: prefill and decode
-                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, 2 * TILE_M)):
+                    # ones, with V^T from the prepass from VT_PREPASS_MIN_M_TILES tiles on; dequant:
+                    # prefill and decode
+                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M),
+                                          (0, VT_PREPASS_MIN_M_TILES * TILE_M)):
                         cfg = default_config(
                             kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
                             split=split, descale=(True, True, True), fp8_mma=mma_path == "fp8_mma",

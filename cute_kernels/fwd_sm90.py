@@ -26,7 +26,7 @@ from .fp8_operands import p_to_fp8_a
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
 from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, CVT_THREADS, make_mma_path, unit_view
-from .paged_kv import KVBlockTiles, kv_tma_view
+from .paged_kv import KVBlockTiles, VtBlockTiles, kv_tma_view, vt_scratch_tma_view
 from .softmax import LOG2_E, OnlineSoftmax
 
 class PromoteParts(NamedTuple):
@@ -116,7 +116,8 @@ class FlashFwdSm90:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
         self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d",
-                                  cvt_warps=config.cvt_warps, skip_transpose=config.stage == "no_vt")
+                                  cvt_warps=config.cvt_warps, skip_transpose=config.stage == "no_vt",
+                                  vt_from_tma=config.vt_prepass)
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
@@ -159,7 +160,8 @@ class FlashFwdSm90:
     def _smem_layouts(self):
         """(sQ MMA operand, sQ as loaded (q dtype), sKV operand stages, sStage e4m3 staging or
         None, sVt fp8_mma transposed V of one warpgroup or None); K-major; 128 B swizzle except
-        sVt, whose rows are tile_n bytes (64 B or 32 B swizzle)."""
+        sVt, whose rows are tile_n bytes (64 B or 32 B swizzle). With ``vt_prepass`` sVt is the
+        V ring itself: (256, tile_n, 2 x stages), d half h of stage s at slab h * stages + s."""
         atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.dtype)
         sQ = cute.tile_to_shape(atom, (self.tile_m, self.head_dim), order=(0, 1))
         atom_q = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.q_dtype)
@@ -174,7 +176,8 @@ class FlashFwdSm90:
         if self.fp8_mma:
             kind = warpgroup.SmemLayoutAtomKind.K_SW64 if self.tile_n == 64 else warpgroup.SmemLayoutAtomKind.K_SW32
             atom_t = warpgroup.make_smem_layout_atom(kind, Float8E4M3FN)
-            sVt = cute.tile_to_shape(atom_t, (self.half_d, self.tile_n, 1), order=(0, 1, 2))
+            slabs = 2 * self.stages if self.cfg.vt_prepass else 1
+            sVt = cute.tile_to_shape(atom_t, (self.half_d, self.tile_n, slabs), order=(0, 1, 2))
         return sQ, sQ_in, sKV, sStage, sVt
 
     def _tiled_mmas(self):
@@ -260,9 +263,14 @@ class FlashFwdSm90:
         tma_atom_k, tma_k = cpasync.make_tiled_tma_atom(
             tma_op, kv_tma_view(mK, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
         )
-        tma_atom_v, tma_v = cpasync.make_tiled_tma_atom(
-            tma_op, kv_tma_view(mV, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
-        )
+        if const_expr(self.cfg.vt_prepass):  # mV is the V^T scratch (B, Hkv, 512, Kpad)
+            tma_atom_v, tma_v = cpasync.make_tiled_tma_atom(
+                tma_op, vt_scratch_tma_view(mV), sVt_layout, (self.half_d, self.tile_n)
+            )
+        else:
+            tma_atom_v, tma_v = cpasync.make_tiled_tma_atom(
+                tma_op, kv_tma_view(mV, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
+            )
         self.q_bytes = cute.size_in_bytes(self.q_dtype, sQ_in_layout)
         self.kv_bytes = cute.size_in_bytes(mK.element_type, cute.select(sKV_tma_layout, mode=[0, 1]))
         pipeline_checks.check_tma_pipeline(
@@ -423,7 +431,10 @@ class FlashFwdSm90:
             sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
             sQ_in = storage.sQ.get_tensor(sQ_in_layout.outer, swizzle=sQ_in_layout.inner, dtype=self.q_dtype)
         sK = storage.sK.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
-        sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
+        if const_expr(self.cfg.vt_prepass):  # the V ring holds V^T boxes (see _smem_layouts)
+            sV = storage.sV.get_tensor(sVt_layout.outer, swizzle=sVt_layout.inner)
+        else:
+            sV = storage.sV.get_tensor(sKV_layout.outer, swizzle=sKV_layout.inner)
         sK_tma, sV_tma = sK, sV
         if const_expr(self.path.needs_staging):
             kv8 = self.path.kv_gmem_dtype
@@ -451,7 +462,7 @@ class FlashFwdSm90:
                         self.produce(
                             tma_atom_q, tma_q, tma_atom_k, tma_k, tma_atom_v, tma_v, sQ_in, sK_tma, sV_tma,
                             pipe_q, pipe_k, pipe_v, t.q_start, t.m_block, t.tile_head, t.kv_head, k_start,
-                            page_row, t.n_min, t.n_max,
+                            page_row, t.n_min, t.n_max, t.batch,
                         )
                 if const_expr(self.cvt_warps):
                     if warp_idx > 0:
@@ -536,7 +547,7 @@ class FlashFwdSm90:
     def produce(
         self, tma_atom_q, tma_q, tma_atom_k, tma_k, tma_atom_v, tma_v, sQ, sK, sV,
         pipe_q, pipe_k, pipe_v, q_start, m_block, tile_head, kv_head, k_start, page_row,
-        n_min, n_max,
+        n_min, n_max, batch,
     ):
         """Warp 0 of WG0: Q once, then K[hi], (K[n], V[n+1])..., V[lo]."""
         gQ = cute.local_tile(
@@ -549,8 +560,11 @@ class FlashFwdSm90:
         )
         k_tiles = KVBlockTiles(tma_k, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
                                kv_head, k_start, page_row)
-        v_tiles = KVBlockTiles(tma_v, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
-                               kv_head, k_start, page_row)
+        if const_expr(self.cfg.vt_prepass):
+            v_tiles = VtBlockTiles(tma_v, self.half_d, self.tile_n, kv_head, batch)
+        else:
+            v_tiles = KVBlockTiles(tma_v, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
+                                   kv_head, k_start, page_row)
         tKsK, tKgK = cpasync.tma_partition(
             tma_atom_k, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2),
             cute.group_modes(k_tiles.tiles, 0, 2),
@@ -577,10 +591,10 @@ class FlashFwdSm90:
                 self._load_block(tma_atom_k, tKgK, tKsK, hk, k_tiles, n)
                 self._trace(Int32(0), "producer K issued: block, stage", n, hk.index)
                 hv = v_prod.acquire_and_advance()
-                self._load_block(tma_atom_v, tVgV, tVsV, hv, v_tiles, n + 1)
+                self._load_v(tma_atom_v, tVgV, tVsV, hv, v_tiles, n + 1)
                 self._trace(Int32(0), "producer V issued: block, stage", n + 1, hv.index)
             hv = v_prod.acquire_and_advance()
-            self._load_block(tma_atom_v, tVgV, tVsV, hv, v_tiles, n_min)
+            self._load_v(tma_atom_v, tVgV, tVsV, hv, v_tiles, n_min)
             self._trace(Int32(0), "producer V issued: block, stage", n_min, hv.index)
         self._trace(Int32(0), "producer done", Int32(0), Int32(0))
 
@@ -593,6 +607,16 @@ class FlashFwdSm90:
         else:
             src = tXgX[None, coord]
         cute.copy(tma_atom, src, tXsX[None, h.index], tma_bar_ptr=h.barrier)
+
+    @cute.jit
+    def _load_v(self, tma_atom, tVgV, tVsV, h, tiles, n_block):
+        """TMA one V block (``vt_prepass``: its two V^T d halves, slabs half * stages + stage)."""
+        if const_expr(self.cfg.vt_prepass):
+            for half in cutlass.range_constexpr(2):
+                cute.copy(tma_atom, tVgV[None, half, n_block], tVsV[None, half * self.stages + h.index],
+                          tma_bar_ptr=h.barrier)
+        else:
+            self._load_block(tma_atom, tVgV, tVsV, h, tiles, n_block)
 
     # ------------------------------------------------------------------------------------
     @cute.jit
@@ -657,9 +681,11 @@ class FlashFwdSm90:
             sQ_in_w = cute.local_tile(sQ_in, (self.tile_m, self.half_d), (0, wg))
             sQ_mma_w = cute.local_tile(sQ, (self.tile_m, self.half_d), (0, wg))
             sK_src_w = cute.local_tile(sK_tma, (self.tile_n, self.half_d), (0, wg, None))
-            sV_src_w = cute.local_tile(sV_tma, (self.tile_n, self.half_d), (0, wg, None))
             sK_dst_w = cute.local_tile(sK, (self.tile_n, self.half_d), (0, wg, None))
-            sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
+            sV_src_w = sV_dst_w = None  # vt_prepass: nothing to prepare
+            if const_expr(not self.cfg.vt_prepass):
+                sV_src_w = cute.local_tile(sV_tma, (self.tile_n, self.half_d), (0, wg, None))
+                sV_dst_w = cute.local_tile(sV, (self.tile_n, self.half_d), (0, wg, None))
         else:  # fp8_dequant: 16-byte unit views of whole buffers (the conversion picks the d half)
             q_bytes = self.tile_m * self.head_dim * 2
             kv_bytes = self.tile_n * self.head_dim
@@ -672,7 +698,9 @@ class FlashFwdSm90:
         tSrQ = thr_qk.make_fragment_A(thr_qk.partition_A(sQ_w))
         tSrK = thr_qk.make_fragment_B(thr_qk.partition_B(sK_w))
         n_s = self.tile_n // 2  # fp32 logits per thread
-        if const_expr(self.fp8_mma):
+        if const_expr(self.cfg.vt_prepass):  # this warpgroup's d half of every V stage
+            sVt_w = cute.local_tile(sV, (self.half_d, self.tile_n, self.stages), (0, 0, wg))
+        elif const_expr(self.fp8_mma):
             sVt_w, sV_src_w, sV_dst_w = self._fp8_v_views(storage, wg, sVt_layout)
         else:
             sVt = transpose_view(sV)  # (512, tile_n, stages): V as the MN-major B operand of PV

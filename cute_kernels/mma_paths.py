@@ -201,6 +201,7 @@ class Fp8MmaPath:
     tile_n: int
     shared_q: bool = False  # duplicated QK: both warpgroups read the whole e4m3 Q tile
     skip_transpose: bool = False  # Sm90FwdConfig.stage "no_vt" (timing only)
+    vt_from_tma: bool = False  # Sm90FwdConfig.vt_prepass: the V stage already holds V^T
 
     @property
     def mma_dtype(self):
@@ -243,6 +244,8 @@ class Fp8MmaPath:
         ``sSrc_w``: the V ring as 16-byte chunks (`fp8_operands.transpose_v_half`);
         ``sDst_w``: (Vt words, first word of this warpgroup's Vt).
         """
+        if const_expr(self.vt_from_tma):
+            return handle.index  # P.V reads the stage; finish_v frees it
         vt_words, vt_base = sDst_w
         if const_expr(self.skip_transpose):
             handle.release()
@@ -257,7 +260,8 @@ class Fp8MmaPath:
 
     @cute.jit
     def finish_v(self, handle):
-        pass
+        if const_expr(self.vt_from_tma):
+            handle.release()
 
 
 def _rewrite_from_stage(handle, wg, write) -> None:
@@ -344,13 +348,14 @@ def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Co
 
 
 def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False,
-                  skip_transpose: bool = False):
+                  skip_transpose: bool = False, vt_from_tma: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype, tile_n, in_producer=cvt_warps)
     if mma_path == "fp8_mma":
-        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, skip_transpose=skip_transpose)
+        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, skip_transpose=skip_transpose,
+                          vt_from_tma=vt_from_tma)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 

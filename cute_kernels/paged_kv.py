@@ -75,4 +75,19 @@ class KVBlockTiles(Carried):
             return n_block
 
 
-__all__ = ["kv_tma_view", "KVBlockTiles"]
+def vt_scratch_tma_view(mVt: cute.Tensor) -> cute.Tensor:
+    """The V^T scratch of `cute_kernels.v_prepass` for TMA: (B, Hkv, 512, Kpad) -> (512, Kpad, Hkv, B)."""
+    return cute.make_tensor(mVt.iterator, cute.select(mVt.layout, mode=[2, 3, 1, 0]))
+
+
+class VtBlockTiles(Carried):
+    """Per-CTA view of one (sequence, kv head) of the V^T scratch as TMA boxes: (d half,
+    key block) -> one (256, tile_n) box. The scratch is indexed by sequence and key, so there
+    is nothing to look up."""
+
+    def __init__(self, tma_tensor: cute.Tensor, half_d: int, tile_n: int, kv_head: Int32, batch: Int32):
+        # (half_d, tile_n, 2 d halves, key blocks)
+        self.tiles = cute.local_tile(tma_tensor, (half_d, tile_n), (None, None, kv_head, batch))
+
+
+__all__ = ["kv_tma_view", "KVBlockTiles", "vt_scratch_tma_view", "VtBlockTiles"]

@@ -79,11 +79,12 @@ TOL_EMU = 5e-4  # fp8_mma: rel L2 of out vs the emulation of its own numerics (i
 
 # fp8_mma's long-context guard forced on for a short sequence (the dispatch turns it on from
 # cute_kernels.config.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
-PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="split_d", pingpong=False)
+PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="split_d", pingpong=False,
+                vt_prepass=False)
 # fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32), forced on, and the
 # dequant control without part of Q in registers (its default since 2026-11-29), for their A/B
 QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240, qk_mode="split_d",
-                   pingpong=False)
+                   pingpong=False, vt_prepass=False)
 Q_REGS_OFF = dict(q_reg_steps=0)
 # the dequant control's conversion in the producer warpgroup's warps 1-3 (Sm90FwdConfig.cvt_warps)
 CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=216)
@@ -91,7 +92,8 @@ CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=21
 # taking turns at the tensor cores (the dispatch's choice for multi-tile sequences), and the
 # split-d layout (its choice for one-tile decode): each forced for the A/B
 PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240)
-SPLIT_D = dict(qk_mode="split_d", pingpong=False, pv_promote=False, producer_regs=40, consumer_regs=232)
+SPLIT_D = dict(qk_mode="split_d", pingpong=False, pv_promote=False, producer_regs=40, consumer_regs=232,
+               vt_prepass=False)
 
 
 def fp8_mma_cases(quick: bool) -> list[dict]:
@@ -104,6 +106,8 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     add("fp8mma_chunked", q_lens=[65], k_lens=[1000], causal=True, page_size=64)
     add("fp8mma_local", q_lens=[150], k_lens=[400], window=[100, 3], page_size=64)
     add("fp8mma_packed_f16", dtype="f16", q_lens=[40, 9], k_lens=[900, 130])
+    # >= VT_PREPASS_MIN_M_TILES M tiles: V^T from the prepass (paged: causal_varlen, local), packed here
+    add("fp8mma_packed_prefill_vtp", dtype="f16", q_lens=[300, 150], k_lens=[300, 700], causal=True, descale=True)
     add("fp8mma_empty_rows", q_lens=[3, 0, 4], k_lens=[0, 10, 2], page_size=64)
     add("fp8mma_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4, descale=True)
     add("fp8mma_page32", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
@@ -184,7 +188,18 @@ def fp8_perf_cases() -> list[dict]:
         _decode("ab_decode_b64_k8192_fp8_dequant_qregs0", 64, 8192, config=no_qregs),
         _prefill8k("ab_prefill8192_causal_fp8_mma_splitd", **mma, config=SPLIT_D),
         # timing bound only (wrong output): the dispatched pingpong without its V transpose
-        _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(stage="no_vt")),
+        _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(stage="no_vt", vt_prepass=False)),
+        # the in-kernel V transpose, against the dispatched V^T prepass
+        _prefill8k("ab_prefill8192_causal_fp8_mma_invt", **mma, config=dict(vt_prepass=False)),
+        # near the prepass threshold (16 M tiles per sequence) and a shorter prefill, both ways
+        dict(name="ab_chunk128x4_k8192_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
+             causal=True, page_size=64, descale=True, **mma),
+        dict(name="ab_chunk128x4_k8192_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
+             causal=True, page_size=64, descale=True, **mma, config=dict(vt_prepass=False)),
+        dict(name="ab_prefill2048_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
+             page_size=64, descale=True, **mma),
+        dict(name="ab_prefill2048_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
+             page_size=64, descale=True, **mma, config=dict(vt_prepass=False)),
         _decode("ab_decode_b64_k8192_fp8_mma_pingpong", 64, 8192, **mma, config=PINGPONG),
         _decode("ab_decode_b4_k32768_fp8_mma_split_pingpong", 4, 32768, **split, config=PINGPONG),
         _prefill8k("ab_prefill8192_causal_fp8_mma_promoted", **mma, config=PROMOTED),
@@ -264,6 +279,8 @@ def diag_cases() -> list[dict]:
     fp8 = dict(kind="diag", kernel="fp8_mma", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200], page_size=64)
     c += [dict(name=f"diag_fp8_mma_{st}", stage=st, config=SPLIT_D, **fp8) for st in ("setup", "load", "qk", "full")]
     c += [dict(name="diag_fp8_mma_pingpong", stage="full", **fp8)]
+    # 128 queries x G=8 = 16 M tiles: pingpong with V^T from the prepass (two kernels), causal
+    c += [dict(name="diag_fp8_mma_vtp", stage="full", causal=True, **{**fp8, "q_lens": [128]})]
     return c
 
 

@@ -49,6 +49,8 @@ for step in "$@"; do
     qkpromote)   run qkpromote 300 $smoke --fp8 --no-perf --case qkpromote_ --out "$OUT/qkpromote" ;;
     retrieval)   run retrieval 400 $smoke --fp8 --no-perf --case retrieval --out "$OUT/retrieval" ;;
     qregs)       run qregs 200 $smoke --no-perf --case qregs --out "$OUT/qregs" ;;
+    fp8cases_*)  # FP8-suite correctness cases by name substrings joined with '-': fp8cases_<a>-<b>-...
+      run "$step" 500 $smoke --fp8 --no-perf --case "$(echo "${step#fp8cases_}" | tr - ,)" --out "$OUT/$step" ;;
     fp8case_*)   # one case of the full FP8 suite by name substring: fp8case_<substring>
       run "$step" 200 $smoke --fp8 --no-perf --case "${step#fp8case_}" --out "$OUT/$step" ;;
     acc_probe)   mkdir -p "$OUT/acc_probe"; run acc_probe 120 python3 profiles/fp8_acc_probe.py "$OUT/acc_probe" ;;

@@ -331,7 +331,7 @@ def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> 
     if device == "cuda":
         torch.cuda.synchronize()
         if mod is not None:
-            rows.append((f"direct launch state (fwd, combine): {mod.direct_state(args)}", float("nan")))
+            rows.append((f"direct launch state (fwd, combine, prepass): {mod.direct_state(args)}", float("nan")))
             for mode, label in ((0, "host functions"), (1, "runtime launch"), (2, "driver launch")):
                 previous = mod.set_direct(mode)
                 try:

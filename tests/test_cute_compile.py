@@ -166,6 +166,28 @@ def test_fp8_mma_pingpong_for_multi_tile_sequences():
         assert not ok and word in why, why
 
 
+def test_fp8_mma_prefill_transposes_v_once_from_16_m_tiles():
+    """From VT_PREPASS_MIN_M_TILES M tiles per sequence, fp8_mma's pingpong takes V^T from the
+    prepass (`cute_kernels.v_prepass`); shorter multi-tile calls and decode transpose in-kernel;
+    the flag is refused off the pingpong layout."""
+    from cute_kernels.config import VT_PREPASS_MIN_M_TILES
+
+    kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True, mask="causal")
+    queries = VT_PREPASS_MIN_M_TILES * 64 // 8  # x G = 8 rows per query
+    long = default_config(max_seqlen_q=queries, max_seqlen_k=4096, **kw)
+    assert long.pingpong and long.vt_prepass and long.key().endswith("-pp-vtp") and long.can_implement()[0]
+    assert long.with_split(True).vt_prepass and long.with_split(True).can_implement()[0]
+    assert default_config(max_seqlen_q=8192, max_seqlen_k=8192, **{**kw, "paged": False, "page_size": 0}).vt_prepass
+    short = default_config(max_seqlen_q=(VT_PREPASS_MIN_M_TILES - 1) * 64 // 8, max_seqlen_k=4096, **kw)
+    assert short.pingpong and not short.vt_prepass
+    assert not default_config(max_seqlen_q=1, max_seqlen_k=4096, **kw).vt_prepass
+    assert not default_config(max_seqlen_q=queries, max_seqlen_k=4096, **{**kw, "fp8_mma": False}).vt_prepass
+    for bad in (long.with_(pingpong=False, qk_mode="split_d"), long.with_(tile_n=32, kv_stages=4),
+                Sm90FwdConfig(vt_prepass=True)):
+        ok, why = bad.can_implement()
+        assert not ok and "vt_prepass" in why, why
+
+
 def test_dequant_control_converts_in_the_producer_warpgroup():
     # Every dequant call: converter warps (cvt_warps), one e4m3 staging stage per K and V, the
     # two-stage f16 rings, 72 / 216 registers; the consumer-side conversion stays buildable (A/B).
@@ -301,6 +323,9 @@ COMPILE_CASES = [
     # over all of d (d half 1 into a second accumulator)
     (FP8_MMA.with_(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
+    # the same, P.V reading V^T that the prepass wrote and TMA loaded (no in-kernel transpose)
+    (FP8_MMA.with_(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240, vt_prepass=True),
+     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
     # the dequant control with the first 4 k-steps of Q in registers (RS QK, its default)
     (
         Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
@@ -348,6 +373,8 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
         assert "cvt.rn.f16x2.e4m3x2" in res.ptx
     if fp8:  # Q and P quantised in-kernel with saturating round-to-nearest
         assert "cvt.rn.satfinite.e4m3x2.f32" in res.ptx
+        # V^T: transposed in-kernel (prmt byte shuffles), or TMA-loaded from the prepass's scratch
+        assert ("prmt.b32" in res.ptx) != cfg.vt_prepass
     # pingpong: WG 1's opening arrive on WG 0's turn barrier (id 7), WG 0's closing arrive on
     # WG 1's (id 8); the other waits and arrives take the id from a register
     assert ("bar.arrive 7, 256;" in res.ptx and "bar.arrive 8, 256;" in res.ptx) == cfg.pingpong
@@ -389,6 +416,22 @@ def test_combine_compiles(tmp_path):
     rep = inspect_cubin(cubin, "combine-bf16", res.seconds, 0, expect_mma=None)
     assert rep.ok, rep.problems
     assert "ld.global.v4" in res.ptx  # 16-byte partial loads
+
+
+@needs_dsl
+@pytest.mark.parametrize("page_size", [64, 0], ids=["paged64", "packed"])
+def test_vt_prepass_compiles(page_size, tmp_path):
+    from fa512.compile_cache import KernelSpec, compile_spec
+    from fa512.compile_cli import inspect_cubin
+
+    spec = KernelSpec("vt_prepass", page_size)
+    res = compile_spec(spec, "sm_90a")
+    cubin = tmp_path / "p.cubin"
+    cubin.write_bytes(res.cubin)
+    rep = inspect_cubin(cubin, spec.key(), res.seconds, 0, expect_mma=None, threads=256)
+    assert rep.ok, rep.problems
+    # 16-byte V rows in, the forward kernel's transpose (prmt), 16-byte V^T chunks out
+    assert "ld.global.v4" in res.ptx and "st.global.v4" in res.ptx and "prmt" in res.ptx
 
 
 # ---------------------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def test_unknown_changed_and_python_only_signatures(mod, ho):
 
 
 def test_direct_launch_state_and_stage_times_on_cpu(mod, ho):
-    # Stand-in kernels come from no library, so there is no launch shim: both kernels stay on
+    # Stand-in kernels come from no library, so there is no launch shim: every kernel stays on
     # their tvm-ffi functions ("none"); stage_times times real native calls (it raises for a
     # call the native path does not serve).
     with ho.stubbed(ffi=True) as stubs:
@@ -116,7 +116,7 @@ def test_direct_launch_state_and_stage_times_on_cpu(mod, ho):
         call = ho.op_args(q, k, v, None, kw)
         assert mod.direct_state(call) is None  # not registered yet
         fa512.attention(q, k, v, **kw)
-        assert mod.direct_state(call) == ("none", "none")
+        assert mod.direct_state(call) == ("none", "none", "none")
         before = stubs["fwd"].calls
         stages = mod.stage_times(call, 3)
         assert len(stages) == 4 and all(t >= 0 for t in stages) and stubs["fwd"].calls == before + 3
@@ -158,9 +158,13 @@ def test_misaligned_or_overlapping_calls_get_the_python_error(mod, ho):
 
 # -- GPU: the real kernels -----------------------------------------------------------------
 def _gpu_case(kind: str):
-    """A decode call on the GPU (31B heads, paged KV), with the fa512 signature caches cleared."""
+    """A decode call on the GPU (31B heads, paged KV), with the fa512 signature caches cleared;
+    "fp8_mma_prefill": two prefill sequences of 19 and 5 M tiles (V^T from the prepass), NaN
+    bit patterns in the V cache slots past seqused_k."""
     call_cache.clear()
     native.clear()
+    if kind == "fp8_mma_prefill":
+        return _gpu_prefill_case()
     g = torch.Generator(device="cuda").manual_seed(3)
     hq, hkv, d = 32, 4, 512
     b, ps, keys = (4, 64, 3000)
@@ -183,6 +187,25 @@ def _gpu_case(kind: str):
     return q, k, v, kw
 
 
+def _gpu_prefill_case():
+    g = torch.Generator(device="cuda").manual_seed(5)
+    hq, hkv, d, ps = 32, 4, 512, 64
+    q_lens, k_lens = (150, 40), (700, 300)
+    pages_per_seq = -(-max(k_lens) // ps)
+    pages = len(k_lens) * pages_per_seq
+    q = torch.randn(sum(q_lens), hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = (torch.randn(pages, ps, hkv, d, device="cuda", generator=g) * 0.5).to(torch.float8_e4m3fn)
+    v = (torch.randn(pages, ps, hkv, d, device="cuda", generator=g) * 0.5).to(torch.float8_e4m3fn)
+    table = torch.randperm(pages, device="cuda", generator=g).int().view(len(k_lens), -1)
+    for b, keys in enumerate(k_lens):  # unused slots of each sequence's last page: NaN (0x7f)
+        v.view(torch.uint8)[table[b, keys // ps], keys % ps:] = 0x7F
+    kw = dict(cu_seqlens_q=torch.tensor([0, q_lens[0], sum(q_lens)], device="cuda", dtype=torch.int32),
+              seqused_k=torch.tensor(k_lens, device="cuda", dtype=torch.int32), page_table=table,
+              max_seqlen_q=max(q_lens), max_seqlen_k=max(k_lens), softmax_scale=1.0 / 22.6, kernel="fp8_mma",
+              k_descale=torch.tensor(1.5, device="cuda"), v_descale=torch.full((hkv,), 0.75, device="cuda"))
+    return q, k, v, kw
+
+
 def _gpu_op_args(q, k, v, out, kw) -> tuple:
     """`_gpu_case`'s call as the op's 19 positional arguments."""
     return op_args(q, k, v, out, kw, softmax_scale=kw["softmax_scale"], causal=False,
@@ -191,7 +214,7 @@ def _gpu_op_args(q, k, v, out, kw) -> tuple:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split"])
+@pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split", "fp8_mma_prefill"])
 def test_gpu_native_results_are_bit_identical(mod, kind):
     q, k, v, kw = _gpu_case(kind)
     fa512.attention(q, k, v, **kw)  # cold
@@ -207,14 +230,15 @@ def test_gpu_native_results_are_bit_identical(mod, kind):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split"])
+@pytest.mark.parametrize("kind", ["fp8_mma", "dequant", "bf16_split", "fp8_mma_prefill"])
 def test_gpu_direct_launch_replays_the_recorded_launch_with_new_pointers(mod, kind):
     # The first native call records the kernels' launches (fa512.launch_shim) and launches them
     # itself; a call on other tensors of the same signature patches their pointers into the
     # recorded parameters (raw pointers and TMA descriptor addresses).
     q, k, v, kw = _gpu_case(kind)
     fa512.attention(q, k, v, **kw)  # cold: the Python path registers the signature
-    kernels = 2 if op.last_launch["num_splits"] > 1 else 1  # forward (+ combine)
+    # forward (+ combine) (+ the V^T prepass)
+    kernels = (2 if op.last_launch["num_splits"] > 1 else 1) + int(op.last_launch["config"].vt_prepass)
     d0 = mod.direct_launches()
     fa512.attention(q, k, v, **kw)  # records, then launches directly
     assert mod.direct_launches() == d0 + kernels, mod.direct_state(_gpu_op_args(q, k, v, None, kw))
@@ -238,6 +262,24 @@ def test_gpu_direct_launch_replays_the_recorded_launch_with_new_pointers(mod, ki
     assert torch.isfinite(out_d).all()
     for out, lse in [(out_d, lse_d), *results.values()]:
         assert torch.equal(out, out_p) and torch.equal(lse, lse_p)
+
+
+@pytest.mark.gpu
+def test_gpu_vt_prepass_is_bit_identical_to_the_in_kernel_transpose(mod):
+    # The prepass writes V^T in the key order and with the zeroed tail the in-kernel transpose
+    # produces; the forward kernel's TMA load recreates its shared-memory image. Same output,
+    # bit for bit, on NaN-filled unused cache slots (zeroed, never reaching O).
+    from fa512.backends import BACKENDS
+
+    q, k, v, kw = _gpu_case("fp8_mma_prefill")
+    out_vt, lse_vt = fa512.attention(q, k, v, **kw)
+    assert op.last_launch["kernel"] == "fp8_mma" and op.last_launch["config"].vt_prepass
+    out = torch.empty_like(q)
+    launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
+    lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=launcher.config.with_(vt_prepass=False))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out_vt).all()
+    assert torch.equal(out, out_vt) and torch.equal(lse, lse_vt)
 
 
 @pytest.mark.gpu

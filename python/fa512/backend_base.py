@@ -29,7 +29,8 @@ class Backend:
     def make_config(self, problem: Problem, target):
         raise NotImplementedError
 
-    def workspace_bytes(self, num_splits: int, problem: Problem) -> int:
+    def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
+        """Temporary device memory one launch allocates besides lse (``config``: the variant)."""
         return workspace_bytes(num_splits, problem.total_q, problem.num_q_heads)
 
     def launch(self, plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:

@@ -52,14 +52,18 @@ _KERNEL_DIR = _ROOT / "cute_kernels"
 class KernelSpec:
     """One compilable kernel: the d512 forward for a config, or the split-KV combine."""
 
-    kind: str  # "fwd" | "combine"
-    config: Any  # Sm90FwdConfig for "fwd"; out dtype name ("bf16"/"f16") for "combine"
+    kind: str  # "fwd" | "combine" | "vt_prepass"
+    # Sm90FwdConfig for "fwd"; out dtype name ("bf16"/"f16") for "combine"; the V layout's
+    # page size for "vt_prepass" (0: packed)
+    config: Any
 
     def key(self) -> str:
         if self.kind == "fwd":
             return self.config.key()
         if self.kind == "combine":
             return f"combine-{self.config}"
+        if self.kind == "vt_prepass":
+            return f"vtprepass-{'paged' + str(self.config) if self.config else 'packed'}"
         raise ValueError(f"fa512: unknown kernel kind {self.kind!r}")
 
     def symbol(self) -> str:
@@ -114,7 +118,11 @@ def fake_fwd_args(cfg) -> tuple:
         page_table = None
         cu_k = make_fake_tensor(Int32, (s32(),), (1,), assumed_align=4)
     k = make_fake_tensor(kvdt, kv_shape, kv_stride, assumed_align=16)
-    v = make_fake_tensor(kvdt, kv_shape, kv_stride, assumed_align=16)
+    if cfg.vt_prepass:  # V's slot carries the V^T scratch (B, Hkv, 512, Kpad) of cute_kernels.v_prepass
+        v = make_fake_tensor(kvdt, (batch, hkv, 512, s32()),
+                             (s64(divisibility=64), s64(divisibility=64), s64(divisibility=64), 1), assumed_align=16)
+    else:
+        v = make_fake_tensor(kvdt, kv_shape, kv_stride, assumed_align=16)
     if cfg.split:
         o = make_fake_tensor(
             Float32, (s32(), total_q, hq, 512),
@@ -154,11 +162,39 @@ def fake_combine_args(out_dtype: str) -> tuple:
     return (o_part, lse_part, o, lse, cu_q, Int32(1), make_fake_stream())
 
 
+def fake_vt_prepass_args(page_size: int) -> tuple:
+    """Fake tensors for `cute_kernels.v_prepass.VTransposePrepass` (``page_size`` 0: packed V)."""
+    import cutlass.cute as cute
+    from cutlass import Int32, Uint8
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    s32, s64 = cute.sym_int32, cute.sym_int64
+    hkv, batch = s32(), s32()
+    if page_size:
+        v = make_fake_tensor(Uint8, (s32(), page_size, hkv, 512),
+                             (s64(divisibility=16), s64(divisibility=16), s64(divisibility=16), 1), assumed_align=16)
+        page_table = make_fake_tensor(Int32, (batch, s32()), (s64(), 1), assumed_align=4)
+        cu_k = None
+    else:
+        v = make_fake_tensor(Uint8, (s32(), hkv, 512), (s64(divisibility=16), s64(divisibility=16), 1),
+                             assumed_align=16)
+        page_table = None
+        cu_k = make_fake_tensor(Int32, (s32(),), (1,), assumed_align=4)
+    seqused_k = make_fake_tensor(Int32, (batch,), (1,), assumed_align=4)
+    vt = make_fake_tensor(Uint8, (batch, hkv, 512, s32()),
+                          (s64(divisibility=64), s64(divisibility=64), s64(divisibility=64), 1), assumed_align=16)
+    return (v, page_table, cu_k, seqused_k, vt, make_fake_stream())
+
+
 def _kernel_object(spec: KernelSpec):
     if spec.kind == "fwd":
         from cute_kernels.fwd_sm90 import FlashFwdSm90
 
         return FlashFwdSm90(spec.config), fake_fwd_args(spec.config)
+    if spec.kind == "vt_prepass":
+        from cute_kernels.v_prepass import VTransposePrepass
+
+        return VTransposePrepass(bool(spec.config), spec.config), fake_vt_prepass_args(spec.config)
     from cute_kernels.combine import SplitKVCombine
 
     return SplitKVCombine(spec.config), fake_combine_args(spec.config)

@@ -1,7 +1,8 @@
 """``python -m fa512 compile``: build every CuTe DSL variant for a GPU arch on any machine, check it.
 
-For each variant of `cute_kernels.config.variant_list` (the d512 forwards) and the split-KV
-combine kernels, writes ``<out>/<key>.cubin`` and ``<out>/<key>.sass`` and checks:
+For each variant of `cute_kernels.config.variant_list` (the d512 forwards), the split-KV
+combine kernels and the V^T prepass kernels of the ``vt_prepass`` variants, writes
+``<out>/<key>.cubin`` and ``<out>/<key>.sass`` and checks:
 
 * warpgroup MMA is present in the forward kernels: ``HGMMA`` (16-bit) for mma16, and for
   fp8_mma ``QGMMA ... E4M3.E4M3`` twice over: with A from shared memory (QK^T) and with A from
@@ -166,8 +167,11 @@ def _specs(short: bool, only: Optional[str]):
 
     from .compile_cache import KernelSpec
 
-    specs = [KernelSpec("fwd", cfg) for cfg in variant_list(full=not short)]
+    variants = variant_list(full=not short)
+    specs = [KernelSpec("fwd", cfg) for cfg in variants]
     specs += [KernelSpec("combine", dt) for dt in ("bf16", "f16")]
+    # the V^T prepass of each V layout a vt_prepass variant reads (page size; 0: packed)
+    specs += [KernelSpec("vt_prepass", ps) for ps in sorted({cfg.page_size for cfg in variants if cfg.vt_prepass})]
     if only:
         specs = [s for s in specs if only in s.key()]
     return specs

@@ -7,7 +7,9 @@ plan-like object (``config``, ``num_splits``, ``problem``) and a config override
 Launch path (no host sync, graph-capturable): pick the compiled variant from the compile cache
 (memory dict after the first call), allocate lse (and the fp32 split workspace) from the torch
 caching allocator, call the tvm-ffi function with torch tensors and the current stream; with
-splits, run the combine kernel on the same stream.
+splits, run the combine kernel on the same stream. Variants with ``vt_prepass`` (fp8_mma
+prefill) first run `cute_kernels.v_prepass` into a V^T scratch, which the forward kernel takes in
+V's place.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ def mask_kind(problem: Problem) -> str:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8_e4m3"}[dtype]
+
+
+def vt_scratch_shape(problem: Problem) -> tuple:
+    """The V^T scratch of a ``vt_prepass`` variant (`cute_kernels.v_prepass`): (B, Hkv, 512,
+    max_seqlen_k rounded up to whole 64-key blocks), e4m3 bytes."""
+    keys = -(-max(problem.max_seqlen_k, 1) // 64) * 64
+    return (problem.batch, problem.num_kv_heads, 512, keys)
 
 
 def _check_tma_operand(name: str, t: torch.Tensor) -> None:
@@ -79,6 +88,13 @@ class Mma16Backend(Backend):
         return None if ok else why
 
     fp8_mma = False  # fp8 KV: dequantised to f16 (the A/B control); Fp8MmaBackend: FP8 wgmma
+
+    def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
+        ws = super().workspace_bytes(num_splits, problem)
+        if config is not None and config.vt_prepass:
+            batch, hkv, d, keys = vt_scratch_shape(problem)
+            ws += batch * hkv * d * keys
+        return ws
 
     def make_config(self, problem: Problem, target):
         from cute_kernels.config import default_config
@@ -132,6 +148,10 @@ class Mma16Backend(Backend):
                 raw_stream = lambda index: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
             fwd = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
             combine = compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None
+            prepass = vt_shape = None
+            if cfg.vt_prepass:
+                prepass = compile_cache.get_kernel(compile_cache.KernelSpec("vt_prepass", cfg.page_size))
+                vt_shape = vt_scratch_shape(problem)
             state = (
                 fwd,
                 combine,
@@ -139,13 +159,14 @@ class Mma16Backend(Backend):
                 k.dtype == torch.float8_e4m3fn,
                 device, device.index, raw_stream,
                 (hq, total_q), (num_splits, total_q, hq, q.shape[2]), (num_splits, hq, total_q),
+                prepass, vt_shape,
             )
             if config is None and not trace_addr and hasattr(plan, "launch_state"):
                 plan.launch_state = state
                 plan.fast = _fast_launch(plan, state)
-                # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes, the kernels'
-                # libraries for the direct launch): no stream getter
-                libraries = (compile_cache.library_of(fwd), compile_cache.library_of(combine))
+                # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes, prepass, vt
+                # shape, the kernels' libraries for the direct launch): no stream getter
+                libraries = tuple(compile_cache.library_of(f) for f in (fwd, combine, prepass))
                 plan.native_state = state[:4] + state[7:] + (libraries,)
         return _run(state, q, k, v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
                     args.q_descale, args.k_descale, args.v_descale)
@@ -153,7 +174,8 @@ class Mma16Backend(Backend):
 
 def _run(state, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
     """One launch from a launch state (see `Mma16Backend.launch`); descales are (B, Hkv) views."""
-    fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape = state
+    (fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape,
+     prepass, vt_shape) = state
     if kv_fp8:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
         k, v = k.view(torch.uint8), v.view(torch.uint8)
     # Strides are fixed per launch_state (checked when it was made); data pointers are not.
@@ -161,6 +183,10 @@ def _run(state, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
         for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
             _check_tma_operand(name, t)
     stream = raw_stream(index)
+    if prepass is not None:  # V^T once per key block; the forward kernel reads it in V's place
+        vt = torch.empty(vt_shape, dtype=torch.uint8, device=device)
+        prepass(v, pt, cuk, sk, vt, stream)
+        v = vt
     lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
     if combine is None:
         fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
@@ -204,4 +230,4 @@ class Fp8MmaBackend(Mma16Backend):
         return super().unsupported(problem, target)
 
 
-__all__ = ["Mma16Backend", "Fp8MmaBackend", "mask_kind", "WINDOW_INF"]
+__all__ = ["Mma16Backend", "Fp8MmaBackend", "mask_kind", "vt_scratch_shape", "WINDOW_INF"]

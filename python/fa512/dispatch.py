@@ -184,7 +184,7 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
             cta_bw_share=getattr(config, "cta_bw_share", PER_CTA_BW_SHARE),
         )
         splits, split_reason = decision.num_splits, decision.reason
-    ws = backend.workspace_bytes(splits, problem) if backend.splits_kv else 0
+    ws = backend.workspace_bytes(splits, problem, config) if backend.splits_kv else 0
     return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target)
 
 

@@ -141,14 +141,16 @@ def launch_spec(launcher, alloc_out: bool, last_launch: dict) -> Optional[tuple]
     (`fa512.cute_backend.Mma16Backend`); None for any other launcher (Python only)."""
     if launcher.native_state is None:
         return None
-    fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape, libraries = launcher.native_state
-    if not all(hasattr(f, "__chandle__") for f in (fwd, combine) if f is not None):
+    (fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape, prepass, vt_shape,
+     libraries) = launcher.native_state
+    if not all(hasattr(f, "__chandle__") for f in (fwd, combine, prepass) if f is not None):
         return None  # not tvm-ffi functions (e.g. FA512_NO_DISK_CACHE's in-memory DSL objects)
     modes = tuple(_DESCALE_MODE_CODES[m] for m in launcher.descale_modes)
     problem = launcher.problem
     return (
         fwd, combine, float(scalars[0]), tuple(int(x) for x in scalars[1:]), bool(kv_fp8), bool(alloc_out),
-        tuple(lse_shape), tuple(o_part_shape), tuple(lse_part_shape), modes,
+        tuple(lse_shape), tuple(o_part_shape), tuple(lse_part_shape), prepass,
+        tuple(int(x) for x in vt_shape) if vt_shape else (), modes,
         (int(problem.batch), int(problem.num_kv_heads)), tuple(int(x) for x in launcher.extents),
         launcher.record, last_launch, tuple(libraries),
     )
