@@ -434,6 +434,21 @@ def test_vt_prepass_compiles(page_size, tmp_path):
     assert "ld.global.v4" in res.ptx and "st.global.v4" in res.ptx and "prmt" in res.ptx
 
 
+@needs_dsl
+def test_compile_cli_in_worker_processes(tmp_path):
+    # `python -m fa512 compile --jobs 2`: kernels compiled and checked in two spawned workers,
+    # each with its cubin, SASS listing and report row
+    import json
+
+    from fa512.__main__ import cli
+
+    assert cli(["compile", "--arch", "sm_90a", "--out", str(tmp_path), "--only", "combine", "--jobs", "2"]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert sorted(r["key"] for r in report) == ["combine-bf16", "combine-f16"] and all(r["ok"] for r in report)
+    for key in ("combine-bf16", "combine-f16"):
+        assert (tmp_path / f"{key}.cubin").stat().st_size > 0 and (tmp_path / f"{key}.sass").stat().st_size > 0
+
+
 # ---------------------------------------------------------------------------------------
 # disk cache
 # ---------------------------------------------------------------------------------------

@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out/cute_sm90", help="directory for .cubin/.sass files and report.json")
     p.add_argument("--short", action="store_true", help="only the short variant list (CPU test subset)")
     p.add_argument("--only", default=None, help="substring filter on variant keys")
+    p.add_argument("--jobs", type=int, default=0,
+                   help="compiler processes (default: one per CPU core; each DSL compile is single-threaded)")
 
 
 @dataclass
@@ -183,25 +185,37 @@ def _expected_mma(spec) -> Optional[str]:
     return "qgmma" if spec.config.mma_path == "fp8_mma" else "hgmma"
 
 
-def main(args: argparse.Namespace) -> int:
+def _compile_and_inspect(spec, arch: str, out: Path) -> "SassReport":
+    """One spec: compile, write its cubin (and SASS) under ``out``, check it. Runs in a worker."""
     from .compile_cache import compile_spec
+
+    try:
+        res = compile_spec(spec, arch)
+    except Exception as exc:  # report and continue: one broken variant must not hide the others
+        return SassReport(key=spec.key(), compile_s=0.0, problems=[f"compile failed: {type(exc).__name__}: {exc}"])
+    cubin = out / f"{spec.key()}.cubin"
+    cubin.write_bytes(res.cubin)
+    return inspect_cubin(cubin, spec.key(), res.seconds, res.smem_struct_bytes or 0, expect_mma=_expected_mma(spec))
+
+
+def main(args: argparse.Namespace) -> int:
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    reports = []
-    for spec in _specs(args.short, args.only):
-        print(f"compiling {spec.key()} for {args.arch} ...", flush=True)
-        try:
-            res = compile_spec(spec, args.arch)
-        except Exception as exc:  # report and continue: one broken variant must not hide the others
-            rep = SassReport(key=spec.key(), compile_s=0.0, problems=[f"compile failed: {type(exc).__name__}: {exc}"])
-            reports.append(rep)
-            continue
-        cubin = out / f"{spec.key()}.cubin"
-        cubin.write_bytes(res.cubin)
-        reports.append(
-            inspect_cubin(cubin, spec.key(), res.seconds, res.smem_struct_bytes or 0, expect_mma=_expected_mma(spec))
-        )
+    specs = _specs(args.short, args.only)
+    jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(specs)))
+    print(f"compiling {len(specs)} kernels for {args.arch} in {jobs} process(es) ...", flush=True)
+    if jobs == 1:
+        reports = []
+        for spec in specs:
+            print(f"compiling {spec.key()} ...", flush=True)
+            reports.append(_compile_and_inspect(spec, args.arch, out))
+    else:  # fresh interpreters ("spawn"): the DSL's compiler state is not fork-safe
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            reports = list(pool.map(_compile_and_inspect, specs, [args.arch] * len(specs), [out] * len(specs)))
     print(format_table(reports))
     (out / "report.json").write_text(
         json.dumps([dict(asdict(r), smem=r.smem, ok=r.ok) for r in reports], indent=1)
