@@ -108,6 +108,7 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     add("fp8mma_packed_f16", dtype="f16", q_lens=[40, 9], k_lens=[900, 130])
     # >= VT_PREPASS_MIN_M_TILES M tiles: V^T from the prepass (paged: causal_varlen, local), packed here
     add("fp8mma_packed_prefill_vtp", dtype="f16", q_lens=[300, 150], k_lens=[300, 700], causal=True, descale=True)
+    add("fp8mma_prefill_vtp_split3", q_lens=[128, 200], k_lens=[1500, 900], causal=True, page_size=64, splits=3)
     add("fp8mma_empty_rows", q_lens=[3, 0, 4], k_lens=[0, 10, 2], page_size=64)
     add("fp8mma_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4, descale=True)
     add("fp8mma_page32", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
