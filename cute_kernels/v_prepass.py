@@ -22,7 +22,7 @@ import cuda.bindings.driver as cuda
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Uint8, Uint32, const_expr
+from cutlass import Uint8, Uint32, const_expr
 
 from .dsl_utils import sw128_unit
 from .fp8_operands import transpose_v_half

@@ -30,7 +30,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import threading
 import time

@@ -15,7 +15,7 @@ V's place.
 from __future__ import annotations
 
 import importlib.util
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
@@ -44,6 +44,29 @@ def mask_kind(problem: Problem) -> str:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8_e4m3"}[dtype]
+
+
+class LaunchState(NamedTuple):
+    """What a warm launch of one call signature needs (`Mma16Backend.launch`, `_run`)."""
+
+    fwd: Callable  # compiled forward (tvm-ffi function)
+    combine: Optional[Callable]  # split-KV combine, with splits
+    scalars: tuple  # softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace_addr
+    kv_fp8: bool  # e4m3 K/V cross tvm-ffi as uint8
+    device: torch.device
+    index: Optional[int]  # device index, for the stream getter
+    raw_stream: Callable
+    lse_shape: tuple
+    o_part_shape: tuple  # split partials (splits only)
+    lse_part_shape: tuple
+    prepass: Optional[Callable]  # V^T prepass (vt_prepass variants)
+    vt_shape: Optional[tuple]  # its scratch
+
+    def native_spec(self, libraries: tuple) -> tuple:
+        """The part `fa512.native.launch_spec` hands to C++ (no device or stream getter), with
+        the kernels' libraries for the direct launch."""
+        return (self.fwd, self.combine, self.scalars, self.kv_fp8, self.lse_shape, self.o_part_shape,
+                self.lse_part_shape, self.prepass, self.vt_shape, libraries)
 
 
 def vt_scratch_shape(problem: Problem) -> tuple:
@@ -152,27 +175,22 @@ class Mma16Backend(Backend):
             if cfg.vt_prepass:
                 prepass = compile_cache.get_kernel(compile_cache.KernelSpec("vt_prepass", cfg.page_size))
                 vt_shape = vt_scratch_shape(problem)
-            state = (
-                fwd,
-                combine,
+            state = LaunchState(
+                fwd, combine,
                 (float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr)),
-                k.dtype == torch.float8_e4m3fn,
-                device, device.index, raw_stream,
+                k.dtype == torch.float8_e4m3fn, device, device.index, raw_stream,
                 (hq, total_q), (num_splits, total_q, hq, q.shape[2]), (num_splits, hq, total_q),
                 prepass, vt_shape,
             )
             if config is None and not trace_addr and hasattr(plan, "launch_state"):
                 plan.launch_state = state
                 plan.fast = _fast_launch(plan, state)
-                # (fwd, combine, scalars, kv_fp8, lse / o_part / lse_part shapes, prepass, vt
-                # shape, the kernels' libraries for the direct launch): no stream getter
-                libraries = tuple(compile_cache.library_of(f) for f in (fwd, combine, prepass))
-                plan.native_state = state[:4] + state[7:] + (libraries,)
+                plan.native_state = state.native_spec(tuple(compile_cache.library_of(f) for f in (fwd, combine, prepass)))
         return _run(state, q, k, v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
                     args.q_descale, args.k_descale, args.v_descale)
 
 
-def _run(state, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
+def _run(state: LaunchState, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
     """One launch from a launch state (see `Mma16Backend.launch`); descales are (B, Hkv) views."""
     (fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape,
      prepass, vt_shape) = state
@@ -230,4 +248,4 @@ class Fp8MmaBackend(Mma16Backend):
         return super().unsupported(problem, target)
 
 
-__all__ = ["Mma16Backend", "Fp8MmaBackend", "mask_kind", "vt_scratch_shape", "WINDOW_INF"]
+__all__ = ["Mma16Backend", "Fp8MmaBackend", "LaunchState", "mask_kind", "vt_scratch_shape", "WINDOW_INF"]
