@@ -26,7 +26,7 @@ from .fp8_operands import p_to_fp8_a
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
 from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, CVT_THREADS, make_mma_path, unit_view
-from .paged_kv import KVBlockTiles, VtBlockTiles, kv_tma_view, vt_scratch_tma_view
+from .paged_kv import KVBlockTiles, kv_tma_view, vt_scratch_tiles, vt_scratch_tma_view
 from .softmax import LOG2_E, OnlineSoftmax
 
 class PromoteParts(NamedTuple):
@@ -561,17 +561,19 @@ class FlashFwdSm90:
         k_tiles = KVBlockTiles(tma_k, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
                                kv_head, k_start, page_row)
         if const_expr(self.cfg.vt_prepass):
-            v_tiles = VtBlockTiles(tma_v, self.half_d, self.tile_n, kv_head, batch)
+            v_tiles = None  # block n is box (d half, n): `_load_v`
+            gV = vt_scratch_tiles(tma_v, self.half_d, self.tile_n, kv_head, batch)
         else:
             v_tiles = KVBlockTiles(tma_v, self.tile_n, self.head_dim, self.paged, self.cfg.page_size,
                                    kv_head, k_start, page_row)
+            gV = v_tiles.tiles
         tKsK, tKgK = cpasync.tma_partition(
             tma_atom_k, 0, cute.make_layout(1), cute.group_modes(sK, 0, 2),
             cute.group_modes(k_tiles.tiles, 0, 2),
         )
         tVsV, tVgV = cpasync.tma_partition(
             tma_atom_v, 0, cute.make_layout(1), cute.group_modes(sV, 0, 2),
-            cute.group_modes(v_tiles.tiles, 0, 2),
+            cute.group_modes(gV, 0, 2),
         )
         q_prod = pipe_q.make_producer()
         k_prod = pipe_k.make_producer()

@@ -80,14 +80,10 @@ def vt_scratch_tma_view(mVt: cute.Tensor) -> cute.Tensor:
     return cute.make_tensor(mVt.iterator, cute.select(mVt.layout, mode=[2, 3, 1, 0]))
 
 
-class VtBlockTiles(Carried):
-    """Per-CTA view of one (sequence, kv head) of the V^T scratch as TMA boxes: (d half,
-    key block) -> one (256, tile_n) box. The scratch is indexed by sequence and key, so there
-    is nothing to look up."""
-
-    def __init__(self, tma_tensor: cute.Tensor, half_d: int, tile_n: int, kv_head: Int32, batch: Int32):
-        # (half_d, tile_n, 2 d halves, key blocks)
-        self.tiles = cute.local_tile(tma_tensor, (half_d, tile_n), (None, None, kv_head, batch))
+def vt_scratch_tiles(tma_tensor: cute.Tensor, half_d: int, tile_n: int, kv_head, batch) -> cute.Tensor:
+    """One (sequence, kv head) of the V^T scratch as TMA boxes: (half_d, tile_n, d half, key
+    block). The scratch is indexed by sequence and key, so nothing is looked up."""
+    return cute.local_tile(tma_tensor, (half_d, tile_n), (None, None, kv_head, batch))
 
 
-__all__ = ["kv_tma_view", "KVBlockTiles", "vt_scratch_tma_view", "VtBlockTiles"]
+__all__ = ["kv_tma_view", "KVBlockTiles", "vt_scratch_tma_view", "vt_scratch_tiles"]

@@ -44,9 +44,6 @@ class VTransposePrepass:
         self.paged = paged
         self.page_size = page_size
 
-    def key(self) -> str:
-        return f"vtprepass-{'paged' + str(self.page_size) if self.paged else 'packed'}"
-
     @cute.jit
     def __call__(
         self,

@@ -117,9 +117,8 @@ def fake_fwd_args(cfg) -> tuple:
         page_table = None
         cu_k = make_fake_tensor(Int32, (s32(),), (1,), assumed_align=4)
     k = make_fake_tensor(kvdt, kv_shape, kv_stride, assumed_align=16)
-    if cfg.vt_prepass:  # V's slot carries the V^T scratch (B, Hkv, 512, Kpad) of cute_kernels.v_prepass
-        v = make_fake_tensor(kvdt, (batch, hkv, 512, s32()),
-                             (s64(divisibility=64), s64(divisibility=64), s64(divisibility=64), 1), assumed_align=16)
+    if cfg.vt_prepass:  # V's slot carries the V^T scratch of cute_kernels.v_prepass
+        v = _fake_vt_scratch(batch, hkv)
     else:
         v = make_fake_tensor(kvdt, kv_shape, kv_stride, assumed_align=16)
     if cfg.split:
@@ -161,6 +160,17 @@ def fake_combine_args(out_dtype: str) -> tuple:
     return (o_part, lse_part, o, lse, cu_q, Int32(1), make_fake_stream())
 
 
+def _fake_vt_scratch(batch, hkv):
+    """The V^T scratch (B, Hkv, 512, Kpad) e4m3 bits, Kpad a multiple of 64."""
+    import cutlass.cute as cute
+    from cutlass import Uint8
+    from cutlass.cute.runtime import make_fake_tensor
+
+    s64 = cute.sym_int64
+    return make_fake_tensor(Uint8, (batch, hkv, 512, cute.sym_int32()),
+                            (s64(divisibility=64), s64(divisibility=64), s64(divisibility=64), 1), assumed_align=16)
+
+
 def fake_vt_prepass_args(page_size: int) -> tuple:
     """Fake tensors for `cute_kernels.v_prepass.VTransposePrepass` (``page_size`` 0: packed V)."""
     import cutlass.cute as cute
@@ -180,9 +190,7 @@ def fake_vt_prepass_args(page_size: int) -> tuple:
         page_table = None
         cu_k = make_fake_tensor(Int32, (s32(),), (1,), assumed_align=4)
     seqused_k = make_fake_tensor(Int32, (batch,), (1,), assumed_align=4)
-    vt = make_fake_tensor(Uint8, (batch, hkv, 512, s32()),
-                          (s64(divisibility=64), s64(divisibility=64), s64(divisibility=64), 1), assumed_align=16)
-    return (v, page_table, cu_k, seqused_k, vt, make_fake_stream())
+    return (v, page_table, cu_k, seqused_k, _fake_vt_scratch(batch, hkv), make_fake_stream())
 
 
 def _kernel_object(spec: KernelSpec):
