@@ -6,9 +6,10 @@
 // same steps are a hash of the tensors' metadata and the host scalars, one map lookup, the
 // out/q/k/v overlap check, DLTensor structs on the stack (the e4m3 -> uint8 reinterpretation
 // and the (B, Hkv) descale broadcasts are just their dtype and strides), the lse (and split
-// workspace) allocation, and the launch: once a kernel's launch has been recorded through
-// its library's launch shim, cuLaunchKernelEx on the recorded parameters with this call's
-// pointers patched in ("Direct launch" below), else TVMFFIFunctionCall of the compiled kernel.
+// workspace) allocation, and the launch: once each kernel's launch has been recorded through
+// its library's launch shim ("Direct launch" below), the call's kernels run as one graph
+// launch with this call's pointers patched into the recorded parameters ("Graph launch");
+// a kernel without a recording runs through TVMFFIFunctionCall of the compiled kernel.
 //
 // Two entry points share the signature table and the launch:
 // - `run(call)`, from fa512.op.run_call (eager `fa512.attention`): (out, lse) after launching,
@@ -56,7 +57,8 @@ constexpr std::array<int, 11> kTensorSlots = {Q, K, V, OUT, PAGE_TABLE, CU_K, CU
 enum DescaleMode { AS_GIVEN = 0, SCALAR = 1, PER_HEAD = 2 };  // how a descale becomes (B, Hkv)
 
 // Everything the launch needs besides the tensors (fa512.native.launch_spec).
-struct Direct;  // below: a kernel's recorded launch, replayed without its host function
+struct Direct;      // below: a kernel's recorded launch, replayed without its host function
+struct GraphCache;  // and the kernels of one signature as a graph per stream
 
 struct Entry {
   bool python_only = true;
@@ -81,6 +83,7 @@ struct Entry {
   PyObject* record = nullptr;       // dict merged into last_launch on every call
   PyObject* last_launch = nullptr;  // fa512.op.last_launch
   std::shared_ptr<Direct> direct_fwd, direct_combine, direct_prepass;  // null: the library has no launch shim
+  std::shared_ptr<GraphCache> graphs = std::make_shared<GraphCache>();  // the kernels as one graph per stream
 };
 
 struct KeyHash {
@@ -94,7 +97,8 @@ struct KeyHash {
   }
 };
 
-std::unordered_map<std::vector<int64_t>, Entry, KeyHash> g_entries;  // signature key -> launch
+// signature key -> launch; never destroyed (its graphs must not outlive the driver at exit)
+auto& g_entries = *new std::unordered_map<std::vector<int64_t>, Entry, KeyHash>;
 constexpr size_t kMaxEntries = 4096;  // as fa512.call_cache
 uint64_t g_launches = 0;  // calls this module launched (tests assert the native path served)
 
@@ -348,12 +352,39 @@ constexpr uint64_t kPointerShift = uint64_t{1} << 20;  // keeps every alignment 
 using LaunchFn = int (*)(const void* config, const void* func, void** args);
 
 // The driver entry points the recording needs (no CUDA headers: fa512 builds against CPU torch).
+struct KernelNodeParams {  // CUDA_KERNEL_NODE_PARAMS_v2
+  void* func;
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned smem;
+  void** params;
+  void** extra;
+  void* kernel;
+  void* context;
+};
+
 struct Driver {
   int (*launch_ex)(const void* config, void* fn, void** params, void** extra) = nullptr;  // cuLaunchKernelEx
   int (*kernel_get_function)(void** fn, void* kernel) = nullptr;
   int (*param_info)(void* fn, size_t index, size_t* offset, size_t* size) = nullptr;
   int (*replace_address)(void* tensor_map, void* address) = nullptr;
+  // graph launch ("Graph launch" below)
+  int (*stream_create)(void** stream, unsigned flags) = nullptr;
+  int (*is_capturing)(void* stream, int* status) = nullptr;
+  int (*begin_capture)(void* stream, int mode) = nullptr;  // cuStreamBeginCapture_v2
+  int (*end_capture)(void* stream, void** graph) = nullptr;
+  int (*instantiate)(void** exec, void* graph, unsigned long long flags) = nullptr;  // cuGraphInstantiateWithFlags
+  int (*graph_nodes)(void* graph, void** nodes, size_t* count) = nullptr;
+  int (*node_params)(void* node, KernelNodeParams* params) = nullptr;  // cuGraphKernelNodeGetParams_v2
+  int (*set_node_params)(void* exec, void* node, const KernelNodeParams* params) = nullptr;  // ..._v2
+  int (*graph_launch)(void* exec, void* stream) = nullptr;
+  int (*exec_destroy)(void* exec) = nullptr;
+  int (*graph_destroy)(void* graph) = nullptr;
   bool ok() const { return launch_ex && kernel_get_function && param_info && replace_address; }
+  bool graphs_ok() const {
+    return ok() && stream_create && is_capturing && begin_capture && end_capture && instantiate && graph_nodes &&
+           node_params && set_node_params && graph_launch && exec_destroy && graph_destroy;
+  }
 };
 
 const Driver& driver() {
@@ -365,6 +396,18 @@ const Driver& driver() {
       drv.kernel_get_function = reinterpret_cast<decltype(drv.kernel_get_function)>(dlsym(lib, "cuKernelGetFunction"));
       drv.param_info = reinterpret_cast<decltype(drv.param_info)>(dlsym(lib, "cuFuncGetParamInfo"));
       drv.replace_address = reinterpret_cast<decltype(drv.replace_address)>(dlsym(lib, "cuTensorMapReplaceAddress"));
+      auto sym = [lib](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name)); };
+      sym(drv.stream_create, "cuStreamCreate");
+      sym(drv.is_capturing, "cuStreamIsCapturing");
+      sym(drv.begin_capture, "cuStreamBeginCapture_v2");
+      sym(drv.end_capture, "cuStreamEndCapture");
+      sym(drv.instantiate, "cuGraphInstantiateWithFlags");
+      sym(drv.graph_nodes, "cuGraphGetNodes");
+      sym(drv.node_params, "cuGraphKernelNodeGetParams_v2");
+      sym(drv.set_node_params, "cuGraphExecKernelNodeSetParams_v2");
+      sym(drv.graph_launch, "cuGraphLaunch");
+      sym(drv.exec_destroy, "cuGraphExecDestroy");
+      sym(drv.graph_destroy, "cuGraphDestroy");
     }
     return drv;
   }();
@@ -441,10 +484,12 @@ struct Direct {
 };
 
 // How registered kernels launch (set_direct, for A/Bs): through their host functions, from the
-// recorded launch through the DSL runtime's launch function, or through cuLaunchKernelEx.
-enum DirectMode { kHostFunction = 0, kRuntimeLaunch = 1, kDriverLaunch = 2 };
-int g_direct_mode = kDriverLaunch;
-uint64_t g_direct_launches = 0;
+// recorded launch through the DSL runtime's launch function, through cuLaunchKernelEx, or as
+// one graph launch per call ("Graph launch" below; the default).
+enum DirectMode { kHostFunction = 0, kRuntimeLaunch = 1, kDriverLaunch = 2, kGraphLaunch = 3 };
+int g_direct_mode = kGraphLaunch;
+uint64_t g_direct_launches = 0;  // kernels launched from their recordings (graph nodes included)
+uint64_t g_graph_launches = 0;   // calls launched as one graph
 
 // Runs the host function with this thread recording; one launch, fully read, or a reason.
 const char* record_once(void* fn, TVMFFIAny* args, int n, Recorded& out) {
@@ -548,26 +593,38 @@ Config recorded_config(const Recorded& r, void* stream) {
   return cfg;
 }
 
-// The recorded launch with this call's pointers and stream.
-bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::string& error) {
-  alignas(64) unsigned char params[kMaxParamBytes];
-  std::memcpy(params, d.rec.params.data(), d.rec.params.size());
+// A recorded launch's parameters with this call's pointers patched in (``argv``: each
+// parameter's address in ``params``).
+struct Params {
+  alignas(64) unsigned char bytes[kMaxParamBytes];
+  void* argv[kMaxParams];
+};
+
+bool fill_params(const Direct& d, const TVMFFIAny* args, Params& out, std::string& error) {
+  std::memcpy(out.bytes, d.rec.params.data(), d.rec.params.size());
   for (const Patch& p : d.patches) {
     void* data = static_cast<const DLTensor*>(args[p.arg].v_ptr)->data;
     if (p.tensor_map) {
-      if (driver().replace_address(params + p.offset, data) != 0) {
+      if (driver().replace_address(out.bytes + p.offset, data) != 0) {
         error = "fa512: cuTensorMapReplaceAddress failed";
         return false;
       }
     } else {
       uint64_t value = reinterpret_cast<uint64_t>(data) + p.addend;
-      std::memcpy(params + p.offset, &value, 8);
+      std::memcpy(out.bytes + p.offset, &value, 8);
     }
   }
-  void* argv[kMaxParams];
-  for (size_t i = 0; i < d.rec.offsets.size(); ++i) argv[i] = params + d.rec.offsets[i];
+  for (size_t i = 0; i < d.rec.offsets.size(); ++i) out.argv[i] = out.bytes + d.rec.offsets[i];
+  return true;
+}
+
+// The recorded launch with this call's pointers and stream.
+bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::string& error) {
+  Params params;
+  if (!fill_params(d, args, params, error)) return false;
+  void** argv = params.argv;
   int rc;
-  if (g_direct_mode == kDriverLaunch) {
+  if (g_direct_mode != kRuntimeLaunch) {
     const DriverLaunchConfig cfg = recorded_config<DriverLaunchConfig>(d.rec, stream);
     rc = driver().launch_ex(&cfg, d.rec.cu_function, argv, nullptr);
   } else {
@@ -598,22 +655,159 @@ CallDevice call_device(const at::Tensor& q) {
   return dev;
 }
 
-// One compiled kernel on a call's arguments: the recorded launch once it is ready (on the
-// device it was recorded on, when current), else the host function.
-bool call_kernel(void* fn, Direct* d, TVMFFIAny* args, int n, void* stream, const CallDevice& dev,
-                 std::string& error) {
-  if (d != nullptr && g_direct_mode != kHostFunction && dev.index >= 0) {  // CUDA tensors (the null stream is 0)
-    if (d->state == Direct::kUntried) {
-      const char* why = prepare_direct(*d, fn, args, n);
-      d->state = why == nullptr ? Direct::kReady : Direct::kOff;
-      d->why_off = why == nullptr ? "" : why;
-      d->device = dev.index;
-    }
-    if (d->state == Direct::kReady && d->device == dev.index && dev.current) {
-      return launch_direct(*d, args, stream, error);
+// One compiled kernel of a call: its tvm-ffi function, direct-launch state (null: no shim) and
+// arguments.
+struct KernelCall {
+  void* fn;
+  Direct* direct;
+  TVMFFIAny* args;
+  int n;
+};
+
+// Records the kernel's launch the first time it is needed (prepare_direct); true when ready for
+// this call's device.
+bool direct_ready(const KernelCall& c, const CallDevice& dev) {
+  Direct* d = c.direct;
+  if (d == nullptr || g_direct_mode == kHostFunction || dev.index < 0) return false;  // CPU: the tests' stand-ins
+  if (d->state == Direct::kUntried) {
+    const char* why = prepare_direct(*d, c.fn, c.args, c.n);
+    d->state = why == nullptr ? Direct::kReady : Direct::kOff;
+    d->why_off = why == nullptr ? "" : why;
+    d->device = dev.index;
+  }
+  return d->state == Direct::kReady && d->device == dev.index && dev.current;
+}
+
+// One kernel: the recorded launch once it is ready, else the host function.
+bool call_kernel(const KernelCall& c, void* stream, const CallDevice& dev, std::string& error) {
+  if (direct_ready(c, dev)) return launch_direct(*c.direct, c.args, stream, error);
+  return ffi_call(c.fn, c.args, c.n, error);
+}
+
+// ---- Graph launch -----------------------------------------------------------------------------
+// On the H200 host cuLaunchKernelEx takes 2.8-3.0 us per kernel, while relaunching an
+// instantiated graph after writing each kernel node's parameters takes 1.3 us for one kernel
+// and 1.5 us for two (profiles/launch_cost.cu, 2026-11-30). So once every kernel of a signature
+// launches from its recording, its kernels (prepass, forward, combine) run as one graph per
+// stream: captured once from the recorded launches on a private stream, then relaunched with
+// each call's parameters. Launches of one graph are ordered after each other; keeping one graph
+// per stream makes that the stream order anyway. A call on a stream that is being captured (a
+// CUDA graph recorded around fa512) launches its kernels one by one, so the capture holds
+// plain kernel nodes with their parameters by value.
+constexpr size_t kMaxGraphStreams = 8;  // further streams launch kernel by kernel
+constexpr int kCaptureThreadLocal = 1;  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+constexpr int kMaxKernels = 3;
+
+struct StreamGraph {
+  void* stream = nullptr;
+  void* graph = nullptr;  // kept: the nodes' handles belong to it
+  void* exec = nullptr;
+  void* nodes[kMaxKernels] = {};  // in launch order
+};
+
+struct GraphCache {
+  const char* why_off = nullptr;  // why this signature launches kernel by kernel
+  std::vector<StreamGraph> graphs;
+  ~GraphCache() {
+    for (StreamGraph& g : graphs) {  // an exec still running is freed when it completes
+      driver().exec_destroy(g.exec);
+      driver().graph_destroy(g.graph);
     }
   }
-  return ffi_call(fn, args, n, error);
+};
+
+void* capture_stream(int device) {
+  static std::unordered_map<int, void*> streams;
+  auto found = streams.find(device);
+  if (found != streams.end()) return found->second;
+  void* s = nullptr;
+  if (driver().stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */) != 0) s = nullptr;
+  streams.emplace(device, s);
+  return s;
+}
+
+// Captures the calls' recorded launches into ``g``; a reason on failure.
+const char* build_graph(const KernelCall* calls, int count, int device, StreamGraph& g) {
+  const Driver& drv = driver();
+  void* capture = capture_stream(device);
+  if (capture == nullptr) return "cuStreamCreate failed";
+  if (drv.begin_capture(capture, kCaptureThreadLocal) != 0) return "cuStreamBeginCapture failed";
+  const uint64_t counted = g_direct_launches;
+  std::string error;
+  bool captured = true;
+  for (int i = 0; i < count && captured; ++i) captured = launch_direct(*calls[i].direct, calls[i].args, capture, error);
+  g_direct_launches = counted;  // captured, not launched
+  const bool ended = drv.end_capture(capture, &g.graph) == 0 && g.graph != nullptr;
+  if (!captured || !ended) return "capturing the recorded launches failed";
+  size_t n = kMaxKernels;
+  void* nodes[kMaxKernels];
+  if (drv.graph_nodes(g.graph, nodes, &n) != 0 || n != static_cast<size_t>(count)) return "the captured graph has other nodes";
+  for (size_t j = 0; j < n; ++j) {  // each node to the kernel it runs
+    KernelNodeParams p{};
+    if (drv.node_params(nodes[j], &p) != 0) return "cuGraphKernelNodeGetParams failed";
+    for (int i = 0; i < count; ++i) {
+      if (p.func == calls[i].direct->rec.cu_function && g.nodes[i] == nullptr) {
+        g.nodes[i] = nodes[j];
+        break;
+      }
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    if (g.nodes[i] == nullptr) return "a captured node's kernel could not be matched";
+  }
+  if (drv.instantiate(&g.exec, g.graph, 0) != 0) return "cuGraphInstantiate failed";
+  return nullptr;
+}
+
+// The calls as one graph launch on ``stream``: true when launched; false when the graph path does
+// not serve this call (the caller then launches kernel by kernel).
+bool launch_graph(GraphCache& cache, const KernelCall* calls, int count, void* stream, const CallDevice& dev) {
+  const Driver& drv = driver();
+  if (g_direct_mode != kGraphLaunch || cache.why_off != nullptr || !drv.graphs_ok()) return false;
+  for (int i = 0; i < count; ++i) {
+    if (!direct_ready(calls[i], dev)) return false;
+  }
+  int capturing = 0;
+  if (drv.is_capturing(stream, &capturing) != 0 || capturing != 0) return false;
+  StreamGraph* g = nullptr;
+  for (StreamGraph& candidate : cache.graphs) {
+    if (candidate.stream == stream) g = &candidate;
+  }
+  if (g == nullptr) {
+    if (cache.graphs.size() >= kMaxGraphStreams) return false;
+    StreamGraph built;
+    built.stream = stream;
+    const char* why = build_graph(calls, count, dev.index, built);
+    cache.graphs.push_back(built);  // the destructor releases what was built, also on failure
+    if (why != nullptr) {
+      cache.why_off = why;
+      return false;
+    }
+    g = &cache.graphs.back();
+  }
+  Params params;
+  std::string error;
+  for (int i = 0; i < count; ++i) {
+    const Recorded& rec = calls[i].direct->rec;
+    if (!fill_params(*calls[i].direct, calls[i].args, params, error)) return false;
+    KernelNodeParams p{};
+    p.func = rec.cu_function;
+    std::copy(rec.grid, rec.grid + 3, p.grid);
+    std::copy(rec.block, rec.block + 3, p.block);
+    p.smem = static_cast<unsigned>(rec.smem);
+    p.params = params.argv;
+    if (drv.set_node_params(g->exec, g->nodes[i], &p) != 0) {
+      cache.why_off = "cuGraphExecKernelNodeSetParams failed";
+      return false;
+    }
+  }
+  if (drv.graph_launch(g->exec, stream) != 0) {
+    cache.why_off = "cuGraphLaunch failed";
+    return false;
+  }
+  g_direct_launches += count;
+  ++g_graph_launches;
+  return true;
 }
 
 // Current stream of the tensor's device (CUDA), or null (CPU, the tests' stand-in kernels).
@@ -739,11 +933,11 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
     fwd_v = &dvt;
   }
   mark(1);
-  if (e.prepass != nullptr) {
-    // prepass(v, page_table, cu_seqlens_k, seqused_k, vt, stream)
-    TVMFFIAny pa[6] = {any_tensor(&dv), meta[3], meta[1], meta[2], any_tensor(&dvt), any_ptr(stream)};
-    if (!call_kernel(e.prepass, e.direct_prepass.get(), pa, 6, stream, dev, error)) return Status::kFailed;
-  }
+  KernelCall calls[kMaxKernels];
+  int count = 0;
+  // prepass(v, page_table, cu_seqlens_k, seqused_k, vt, stream)
+  TVMFFIAny pa[6] = {any_tensor(&dv), meta[3], meta[1], meta[2], any_tensor(&dvt), any_ptr(stream)};
+  if (e.prepass != nullptr) calls[count++] = {e.prepass, e.direct_prepass.get(), pa, 6};
   // fwd(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, q/k/v descale,
   //     softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace, stream)
   TVMFFIAny fa[19] = {
@@ -751,12 +945,15 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
       meta[0], meta[1], meta[2], meta[3], desc[0], desc[1], desc[2],
       any_float(e.softmax_scale), any_int(e.ints[0]), any_int(e.ints[1]), any_int(e.ints[2]),
       any_int(num_splits), any_int(e.ints[4]), any_ptr(stream)};
-  if (!call_kernel(e.fwd, e.direct_fwd.get(), fa, 19, stream, dev, error)) return Status::kFailed;
-  if (e.combine != nullptr) {
-    // combine(o_part, lse_part, out, lse, cu_seqlens_q, num_splits, stream)
-    TVMFFIAny ca[7] = {any_tensor(&dopart), any_tensor(&dlsepart), any_tensor(&dout), any_tensor(&dlse),
-                       meta[0], any_int(num_splits), any_ptr(stream)};
-    if (!call_kernel(e.combine, e.direct_combine.get(), ca, 7, stream, dev, error)) return Status::kFailed;
+  calls[count++] = {e.fwd, e.direct_fwd.get(), fa, 19};
+  // combine(o_part, lse_part, out, lse, cu_seqlens_q, num_splits, stream)
+  TVMFFIAny ca[7] = {any_tensor(&dopart), any_tensor(&dlsepart), any_tensor(&dout), any_tensor(&dlse),
+                     meta[0], any_int(num_splits), any_ptr(stream)};
+  if (e.combine != nullptr) calls[count++] = {e.combine, e.direct_combine.get(), ca, 7};
+  if (!launch_graph(*e.graphs, calls, count, stream, dev)) {
+    for (int i = 0; i < count; ++i) {
+      if (!call_kernel(calls[i], stream, dev, error)) return Status::kFailed;
+    }
   }
   ++g_launches;
   mark(2);
@@ -1052,13 +1249,17 @@ PyObject* direct_launches(PyObject* /*self*/, PyObject* /*unused*/) {
   return PyLong_FromUnsignedLongLong(g_direct_launches);
 }
 
+PyObject* graph_launches(PyObject* /*self*/, PyObject* /*unused*/) {
+  return PyLong_FromUnsignedLongLong(g_graph_launches);
+}
+
 // set_direct(mode): 0 host functions, 1 recorded launches through the DSL runtime, 2 through
-// cuLaunchKernelEx (the default); returns the previous mode.
+// cuLaunchKernelEx, 3 as one graph launch per call (the default); returns the previous mode.
 PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
   long m = PyLong_AsLong(mode);
   if (m == -1 && PyErr_Occurred()) return nullptr;
-  if (m < kHostFunction || m > kDriverLaunch) {
-    PyErr_SetString(PyExc_ValueError, "fa512 native set_direct: mode 0, 1 or 2");
+  if (m < kHostFunction || m > kGraphLaunch) {
+    PyErr_SetString(PyExc_ValueError, "fa512 native set_direct: mode 0, 1, 2 or 3");
     return nullptr;
   }
   int previous = g_direct_mode;
@@ -1066,9 +1267,10 @@ PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
   return PyLong_FromLong(previous);
 }
 
-// direct_state(call) -> None (unknown signature) or (fwd, combine, prepass) states: "none" (no
-// such kernel, or no shim), "untried", "ready (N patches, M TMA; P B of parameters; attributes
-// [ids])", "off: <why>" (the recording could not explain the launch).
+// direct_state(call) -> None (unknown signature) or (fwd, combine, prepass, graph) states: per
+// kernel "none" (no such kernel, or no shim), "untried", "ready (N patches, M TMA; P B of
+// parameters; attributes [ids])", "off: <why>" (the recording could not explain the launch);
+// the graph: "untried", "ready (N streams)" or "off: <why>".
 PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
   if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
     PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 19 arguments as a tuple");
@@ -1093,8 +1295,14 @@ PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
     }
     return s + "])";
   };
-  return Py_BuildValue("(sss)", name(e->direct_fwd.get()).c_str(), name(e->direct_combine.get()).c_str(),
-                       name(e->direct_prepass.get()).c_str());
+  const GraphCache& graphs = *e->graphs;
+  const bool shimless = !e->direct_fwd || (e->combine && !e->direct_combine) || (e->prepass && !e->direct_prepass);
+  std::string graph = shimless                  ? std::string("none")  // a kernel without a shim
+                      : graphs.why_off != nullptr ? std::string("off: ") + graphs.why_off
+                      : graphs.graphs.empty()   ? std::string("untried")
+                                                : "ready (" + std::to_string(graphs.graphs.size()) + " streams)";
+  return Py_BuildValue("(ssss)", name(e->direct_fwd.get()).c_str(), name(e->direct_combine.get()).c_str(),
+                       name(e->direct_prepass.get()).c_str(), graph.c_str());
 }
 
 PyMethodDef kMethods[] = {
@@ -1104,9 +1312,11 @@ PyMethodDef kMethods[] = {
     {"size", size, METH_NOARGS, "number of registered signatures"},
     {"launches", launches, METH_NOARGS, "calls launched by the native path in this process"},
     {"direct_launches", direct_launches, METH_NOARGS, "kernels launched from a recorded launch (no host function)"},
-    {"set_direct", set_direct, METH_O, "set_direct(mode) -> previous: 0 host functions, 1 runtime launch, 2 driver launch"},
+    {"graph_launches", graph_launches, METH_NOARGS, "calls launched as one graph (kernels counted in direct_launches)"},
+    {"set_direct", set_direct, METH_O,
+     "set_direct(mode) -> previous: 0 host functions, 1 runtime launch, 2 driver launch, 3 graph launch"},
     {"stage_times", stage_times, METH_VARARGS, "stage_times(call, n) -> us per call: lookup, allocation, launches, result"},
-    {"direct_state", direct_state, METH_O, "direct_state(call) -> (fwd, combine) direct-launch states | None"},
+    {"direct_state", direct_state, METH_O, "direct_state(call) -> (fwd, combine, prepass, graph) launch states | None"},
     {"set_python_fwd", set_python_fwd, METH_O, "the op's Python body, for the dispatcher entry's other calls"},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -3,7 +3,7 @@
 Run from the repository root on an SM90 GPU (CuTe DSL installed; FA512_CACHE_DIR set so the
 kernels load from the disk cache)::
 
-    PYTHONPATH=python:. python3 profiles/host_overhead.py [--case NAME ...] [--repeats 31] [--calls 200]
+    PYTHONPATH=python:. python3 profiles/host_overhead.py [--case NAME ...] [--repeats 101] [--calls 32]
 
 Without a GPU (or with ``--stub``) the same Python path runs on CPU tensors of the same shapes,
 with the CUDA-only pieces stubbed (`stubbed`): the target reads as an H200, the compiled
@@ -15,9 +15,11 @@ signatures carry (~0.5-1 us).
 Per case and entry point (``attention``: out allocated by fa512; ``attention_out``: the
 caller's out; ``op``: ``torch.ops.fa512.fwd`` through the dispatcher), after warm-up: each of
 ``--repeats`` rounds times ``--calls`` back-to-back calls with time.perf_counter (no sync inside
-the round) and reports us per call (median and min over rounds). On a GPU the same rounds are
-also timed with CUDA events (device time per call; equal to the host time only when the GPU
-waits on the host, as in the ``decode_tiny`` case). ``--profile`` adds a cProfile of the warm
+the round; each round starts on an idle GPU) and reports us per call (median and min over
+rounds). Rounds are short (32 calls) so the launch queue never fills: with 200 calls of a
+kernel longer than the host work, the host would wait on the GPU and time the kernels. On a GPU
+the same rounds are also timed with CUDA events (device time per call; equal to the host time
+only when the GPU waits on the host, as in the ``decode_tiny`` cases). ``--profile`` adds a cProfile of the warm
 ``attention`` loop. The acceptance bar is < 10 us per call for ``attention`` and ``op``.
 ``--breakdown`` times the pieces of one warm call instead; with ``--floor`` it adds torch's own
 cost of calling an op with fa512's schema (``profiles/dispatch_floor.py``: a no-op kernel, from
@@ -29,6 +31,7 @@ Dev-VM numbers (stubbed, before and after the per-signature launchers) are in fa
 from __future__ import annotations
 
 import argparse
+import gc
 import contextlib
 import cProfile
 import json
@@ -54,6 +57,12 @@ CASES = {
     "prefill_causal": dict(batch=1, q_len=8192, k_len=8192, kv_dtype=torch.bfloat16, page_size=0, causal=True),
     # A kernel shorter than the host work: CUDA-event time per call is then the launch rate.
     "decode_tiny": dict(batch=1, q_len=1, k_len=64, kv_dtype=torch.bfloat16, page_size=64),
+    # the same with forward + combine, and fp8_mma's V^T prepass + forward (16 M tiles at G=8)
+    "decode_tiny_splits": dict(batch=1, q_len=1, k_len=512, kv_dtype=torch.bfloat16, page_size=64, num_splits=4),
+    # tests/test_native.py's "bf16_split" call: 4 sequences of up to 3000 keys, 5 splits
+    "decode_b4_splits5": dict(batch=4, q_len=1, k_len=3000, kv_dtype=torch.bfloat16, page_size=64, num_splits=5),
+    "prefill_tiny_prepass": dict(batch=1, q_len=128, k_len=128, kv_dtype=torch.float8_e4m3fn, page_size=64,
+                                 descale=True, kernel="fp8_mma", causal=True),
 }
 APIS = ("attention", "attention_out", "op")
 
@@ -185,15 +194,8 @@ def _loop(api: str, q, k, v, kw, out, calls: int) -> None:
             fwd(*args)
 
 
-def measure(case: str, api: str, device: str, repeats: int = 31, calls: int = 200, warmup: int = 20) -> dict:
-    """us per warm call: host (perf_counter) and, on a GPU, device (CUDA events); median and min."""
-    from fa512 import op
-
-    q, k, v, kw = make_call(CASES[case], device)
-    out = torch.empty_like(q)
-    _loop(api, q, k, v, kw, out, warmup)
-    cuda = device == "cuda"
-    host, dev = [], []
+def _rounds(api, q, k, v, kw, out, repeats, calls, cuda, host, dev) -> None:
+    """``repeats`` timed rounds of ``calls`` calls: host us per call into ``host``, device into ``dev``."""
     for _ in range(repeats):
         if cuda:
             torch.cuda.synchronize()
@@ -206,6 +208,22 @@ def measure(case: str, api: str, device: str, repeats: int = 31, calls: int = 20
             end.record()
             end.synchronize()
             dev.append(start.elapsed_time(end) / calls * 1e3)
+
+
+def measure(case: str, api: str, device: str, repeats: int = 101, calls: int = 32, warmup: int = 20) -> dict:
+    """us per warm call: host (perf_counter) and, on a GPU, device (CUDA events); median and min."""
+    from fa512 import op
+
+    q, k, v, kw = make_call(CASES[case], device)
+    out = torch.empty_like(q)
+    _loop(api, q, k, v, kw, out, warmup)
+    cuda = device == "cuda"
+    host, dev = [], []
+    gc.disable()  # as timeit: a collection inside a round is not the call's cost
+    try:
+        _rounds(api, q, k, v, kw, out, repeats, calls, cuda, host, dev)
+    finally:
+        gc.enable()
     row = dict(case=case, api=api, kernel=op.last_launch.get("kernel"), num_splits=op.last_launch.get("num_splits"),
                host_us_median=statistics.median(host), host_us_min=min(host))
     if cuda:
@@ -242,7 +260,7 @@ def _dispatch_floor():
     return _FLOOR[0]
 
 
-def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> list:
+def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, rounds: int = 15) -> list:
     """us per warm call of each piece of the `fa512.attention` path (best of 5 rounds): the
     signature, the launcher lookup, the backend launch, the compiled function alone, and the
     torch pieces a launch uses. Where the pieces add up to less than ``run``, the rest is glue.
@@ -293,7 +311,8 @@ def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> 
         "native warm call alone (C++, fa512.native)": (lambda: mod.run(args)) if mod else None,
         "native call, kernels' host functions (direct launch off)": native_mode(0) if mod else None,
         "native call, recorded launch via the DSL runtime": native_mode(1) if mod else None,
-        "native call, recorded launch via cuLaunchKernelEx (default)": native_mode(2) if mod else None,
+        "native call, recorded launch via cuLaunchKernelEx": native_mode(2) if mod else None,
+        "native call, one graph launch (default)": native_mode(3) if mod else None,
         "run on the Python path (native off)": python_path if mod else None,
         "reference: small.add_(1) (one torch kernel launch)": lambda: small.add_(1),
         "op: torch.ops.fa512.fwd (Python call)": lambda: torch.ops.fa512.fwd(*args),
@@ -315,7 +334,7 @@ def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> 
         for _ in range(50):
             fn()
         best = float("inf")
-        for _ in range(5):
+        for _ in range(rounds):
             if device == "cuda":  # rounds start on an idle GPU: a full launch queue would time the kernel
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -327,16 +346,17 @@ def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> 
         for name, label in (("fa512_floor::fwd", "op floor: no-op kernel, same schema, C++ dispatcher"),
                             ("fa512::fwd", "op: fa512::fwd through the C++ dispatcher")):
             floor.dispatch_us(name, args, 50)
-            rows.append((label, min(floor.dispatch_us(name, args, calls) for _ in range(5))))
+            rows.append((label, min(_after_sync(floor.dispatch_us, name, args, calls) for _ in range(rounds))))
     if device == "cuda":
         torch.cuda.synchronize()
         if mod is not None:
-            rows.append((f"direct launch state (fwd, combine, prepass): {mod.direct_state(args)}", float("nan")))
-            for mode, label in ((0, "host functions"), (1, "runtime launch"), (2, "driver launch")):
+            rows.append((f"launch state (fwd, combine, prepass, graph): {mod.direct_state(args)}", float("nan")))
+            for mode, label in ((0, "host functions"), (1, "runtime launch"), (2, "driver launch"),
+                                (3, "graph launch")):
                 previous = mod.set_direct(mode)
                 try:
                     mod.stage_times(args, 50)
-                    stages = min((mod.stage_times(args, calls) for _ in range(5)), key=sum)
+                    stages = min((_after_sync(mod.stage_times, args, calls) for _ in range(rounds)), key=sum)
                 finally:
                     mod.set_direct(previous)
                 names = ("lookup", "alloc", "launch", "result")
@@ -347,12 +367,19 @@ def breakdown(case: str, device: str, calls: int = 200, floor: bool = False) -> 
     return rows
 
 
+def _after_sync(fn, *args):
+    """fn(*args) once the GPU is idle (a full launch queue would time the kernels)."""
+    torch.cuda.synchronize()
+    return fn(*args)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case", nargs="*", choices=sorted(CASES), default=None, help="default: all")
     parser.add_argument("--api", nargs="*", choices=APIS, default=list(APIS))
-    parser.add_argument("--repeats", type=int, default=31)
-    parser.add_argument("--calls", type=int, default=200, help="back-to-back calls per timed round")
+    parser.add_argument("--repeats", type=int, default=101)
+    parser.add_argument("--calls", type=int, default=32,
+                        help="back-to-back calls per timed round (few: a full launch queue would time the GPU)")
     parser.add_argument("--stub", action="store_true", help="CPU tensors + stubs even where a GPU exists")
     parser.add_argument("--profile", action="store_true", help="cProfile the warm attention loop per case")
     parser.add_argument("--json", default=None, help="also write the rows here")

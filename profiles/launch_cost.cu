@@ -2,6 +2,11 @@
 // the machine it runs on: cuTensorMapReplaceAddress, cuLaunchKernelEx with and without launch
 // attributes and with small or descriptor-sized parameters, cuLaunchKernel, and the runtime's
 // cudaLaunchKernel. Also prints which bytes of a TMA descriptor change when its address moves.
+// Each launch is timed twice: in rounds of 2000 back-to-back calls (the GPU can fall behind, so
+// this may be its kernel rate) and in rounds of 32 calls after a sync (well inside the launch
+// queue: host time alone). Graph rows: a captured graph of one or two kernels relaunched with
+// cuGraphLaunch, with and without new parameters per node (cuGraphExecKernelNodeSetParams), the
+// alternative to two cuLaunchKernelEx calls for a forward + combine.
 //
 //   nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost
 #include <cuda.h>
@@ -23,6 +28,7 @@ __global__ void big_kernel(const __grid_constant__ Big b) { if (b.p[0] == (void*
 
 template <typename F>
 double us_per_call(F&& f, int n = 2000, int rounds = 21) {
+  if (n < 2000) rounds = 301;
   std::vector<double> t;
   for (int r = 0; r < rounds; ++r) {
     cudaDeviceSynchronize();
@@ -83,6 +89,11 @@ int main() {
     return c;
   };
   int rc = 0;
+  // long rounds (GPU may throttle) | short rounds (host only)
+  auto both = [&](const char* name, auto&& f) {
+    double a = us_per_call(f), b = us_per_call(f, 32);
+    printf("%-44s %7.3f us | %7.3f us\n", name, a, b);
+  };
   printf("sizeof(Big) = %zu bytes of parameters\n", sizeof(Big));
   printf("cuTensorMapReplaceAddress           %6.3f us\n",
          us_per_call([&] { rc |= cuTensorMapReplaceAddress(&b.maps[0], buf); }));
@@ -92,22 +103,66 @@ int main() {
            asm volatile("" ::"r"(&c) : "memory");
          }));
   CUlaunchConfig c0 = cfg(0), c1 = cfg(1);
-  printf("cuLaunchKernelEx small, no attrs    %6.3f us\n", us_per_call([&] { rc |= cuLaunchKernelEx(&c0, fsmall, sargs, nullptr); }));
-  printf("cuLaunchKernelEx big, no attrs      %6.3f us\n", us_per_call([&] { rc |= cuLaunchKernelEx(&c0, fbig, bargs, nullptr); }));
-  printf("cuLaunchKernelEx big, cluster 1x1x1 %6.3f us\n", us_per_call([&] { rc |= cuLaunchKernelEx(&c1, fbig, bargs, nullptr); }));
-  printf("cuLaunchKernel big                  %6.3f us\n", us_per_call([&] {
+  both("cuLaunchKernelEx small, no attrs", ([&] { rc |= cuLaunchKernelEx(&c0, fsmall, sargs, nullptr); }));
+  both("cuLaunchKernelEx big, no attrs", ([&] { rc |= cuLaunchKernelEx(&c0, fbig, bargs, nullptr); }));
+  both("cuLaunchKernelEx big, cluster 1x1x1", ([&] { rc |= cuLaunchKernelEx(&c1, fbig, bargs, nullptr); }));
+  both("cuLaunchKernel big", ([&] {
            rc |= cuLaunchKernel(fbig, 132, 1, 1, 384, 1, 1, 0, stream, bargs, nullptr);
          }));
-  printf("cuLaunchKernel small                %6.3f us\n", us_per_call([&] {
+  both("cuLaunchKernel small", ([&] {
            rc |= cuLaunchKernel(fsmall, 132, 1, 1, 384, 1, 1, 0, stream, sargs, nullptr);
          }));
-  printf("cudaLaunchKernel small (runtime)    %6.3f us\n", us_per_call([&] {
+  both("cudaLaunchKernel small (runtime)", ([&] {
            rc |= cudaLaunchKernel((const void*)small_kernel, dim3(132), dim3(384), sargs, 0, (cudaStream_t)stream);
          }));
-  printf("big + 6 replace_address             %6.3f us\n", us_per_call([&] {
+  both("big + 6 replace_address", ([&] {
            for (auto& m : b.maps) rc |= cuTensorMapReplaceAddress(&m, buf);
            rc |= cuLaunchKernelEx(&c0, fbig, bargs, nullptr);
          }));
+  both("cuLaunchKernel small, 1 CTA of 32", ([&] {
+           rc |= cuLaunchKernel(fsmall, 1, 1, 1, 32, 1, 1, 0, stream, sargs, nullptr);
+         }));
+  both("two cuLaunchKernelEx (big + small)", ([&] {
+           rc |= cuLaunchKernelEx(&c0, fbig, bargs, nullptr);
+           rc |= cuLaunchKernelEx(&c0, fsmall, sargs, nullptr);
+         }));
+
+  // Graphs: captured once, relaunched; the per-call variant first writes each node's new
+  // parameters (what a forward + combine pair would need: fresh pointers every call).
+  for (int nodes = 1; nodes <= 2; ++nodes) {
+    CUgraph graph;
+    CHECK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK(cuLaunchKernelEx(&c0, fbig, bargs, nullptr));
+    if (nodes == 2) CHECK(cuLaunchKernelEx(&c0, fsmall, sargs, nullptr));
+    CHECK(cuStreamEndCapture(stream, &graph));
+    CUgraphExec exec;
+    CHECK(cuGraphInstantiate(&exec, graph, 0));
+    size_t count = 0;
+    CHECK(cuGraphGetNodes(graph, nullptr, &count));
+    std::vector<CUgraphNode> handles(count);
+    CHECK(cuGraphGetNodes(graph, handles.data(), &count));
+    std::vector<CUDA_KERNEL_NODE_PARAMS> params(count);
+    for (size_t i = 0; i < count; ++i) CHECK(cuGraphKernelNodeGetParams(handles[i], &params[i]));
+    params[0].kernelParams = bargs;
+    if (count > 1) params[1].kernelParams = sargs;
+    char name[64];
+    snprintf(name, sizeof name, "cuGraphLaunch, %d kernel node(s)", nodes);
+    both(name, ([&] { rc |= cuGraphLaunch(exec, stream); }));
+    snprintf(name, sizeof name, "  + new parameters per node, %d node(s)", nodes);
+    both(name, ([&] {
+           for (size_t i = 0; i < count; ++i) rc |= cuGraphExecKernelNodeSetParams(exec, handles[i], &params[i]);
+           rc |= cuGraphLaunch(exec, stream);
+         }));
+    snprintf(name, sizeof name, "  new parameters alone, %d node(s)", nodes);
+    both(name, ([&] {
+           for (size_t i = 0; i < count; ++i) rc |= cuGraphExecKernelNodeSetParams(exec, handles[i], &params[i]);
+         }));
+    CHECK(cuStreamSynchronize(stream));
+    CHECK(cuGraphExecDestroy(exec));
+    CHECK(cuGraphDestroy(graph));
+  }
+  CUstreamCaptureStatus capture;
+  both("cuStreamIsCapturing", ([&] { rc |= cuStreamIsCapturing(stream, &capture); }));
   CHECK(cudaDeviceSynchronize());
   printf("errors: %d\n", rc);
   return rc;

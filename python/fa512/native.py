@@ -13,11 +13,17 @@ signature launches there without entering Python; any other call runs the op's P
 
 Direct launch: for kernels loaded from a library linked with the launch shim
 (`fa512.launch_shim`), the first native call of a signature records the kernel's launch and the
-places of its data pointers in the parameters, and later calls launch with ``cuLaunchKernelEx``
+places of its data pointers in the parameters, and later calls launch from that recording
 instead of the DSL-generated host function (`launch_spec` passes each kernel's library path).
+Graph launch: once every kernel of a signature has a recording, its kernels (V^T prepass,
+forward, split combine) are captured once per stream into a CUDA graph, and each call writes its
+parameters into the graph's nodes and launches it: ~2 us for all of them, against ~3-4 us per
+``cuLaunchKernelEx`` on an H200 host. A call on a stream that is being captured launches the
+kernels one by one, so an enclosing CUDA graph holds them as plain kernel nodes.
 ``FA512_DIRECT_LAUNCH=0`` (read when a signature is registered) keeps every launch on the host
-functions; ``module().direct_state(call)`` says per kernel whether the recording succeeded, and why
-not.
+functions; ``module().set_direct(mode)`` switches between host functions, recorded launches and
+graph launches (for A/Bs); ``module().direct_state(call)`` says per kernel whether the recording
+succeeded (and why not), and whether the graph serves.
 
 Build: the first `module()` call in a process (the first time an SM90 launch could use it)
 compiles the extension with ``torch.utils.cpp_extension.load`` into
