@@ -39,7 +39,7 @@ for step in "$@"; do
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
     launch_cost) run launch_cost 120 bash -c "nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost" ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;
-    overhead_bd) run overhead_bd 200 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_tiny_splits decode_b4_splits5 prefill_tiny_prepass decode_fp8 decode_bf16_splits ;;
+    overhead_bd) run overhead_bd 300 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_tiny_splits decode_b4_splits5 prefill_tiny_prepass decode_fp8 decode_bf16_splits ;;
     check)       run check 580 python3 -m fa512 check ;;
     bench)       run bench 580 python3 -m fa512 bench --quick --out "$OUT/bench" ;;
     ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;
