@@ -2,7 +2,7 @@
 // Python path has already validated and planned (python/fa512/native.py).
 //
 // A warm call through Python costs ~20 us of host time on an H200 host (signature, lookup,
-// views, lse allocation, tvm-ffi argument conversion; README "Errors and debugging"). Here the
+// views, lse allocation, tvm-ffi argument conversion; README "Host overhead"). Here the
 // same steps are a hash of the tensors' metadata and the host scalars, one map lookup, the
 // out/q/k/v overlap check, DLTensor structs on the stack (the e4m3 -> uint8 reinterpretation
 // and the (B, Hkv) descale broadcasts are just their dtype and strides), the lse (and split
@@ -685,9 +685,9 @@ bool call_kernel(const KernelCall& c, void* stream, const CallDevice& dev, std::
 }
 
 // ---- Graph launch -----------------------------------------------------------------------------
-// On the H200 host cuLaunchKernelEx takes 2.8-3.0 us per kernel, while relaunching an
-// instantiated graph after writing each kernel node's parameters takes 1.3 us for one kernel
-// and 1.5 us for two (profiles/launch_cost.cu, 2026-11-30). So once every kernel of a signature
+// On H200 hosts cuLaunchKernelEx takes 2.8-4.3 us per kernel, while relaunching an
+// instantiated graph after writing each kernel node's parameters takes 1.3-2.1 us for one
+// kernel and 1.5-2.4 us for two (profiles/launch_cost.cu, two hosts, 2026-11-30). So once every kernel of a signature
 // launches from its recording, its kernels (prepass, forward, combine) run as one graph per
 // stream: captured once from the recorded launches on a private stream, then relaunched with
 // each call's parameters. Launches of one graph are ordered after each other; keeping one graph
