@@ -136,6 +136,14 @@ class Sm90FwdConfig:
         spans 4 k=32 steps instead of 8 (`fa512.emulation.Design.qk_promote`). S is computed 16
         keys at a time with an 8-register temporary; needs the 24 / 240 register split. Opt-in:
         about a third less error on the retrieval probe for ~22% of prefill speed (H200).
+    qk_rows : bool
+        fp8_mma split-d decode tiles only (at most 8 rows of real queries, e.g. one token x G=8
+        heads): the tile's spare M rows take the QK accumulation instead of FP8 wgmma's
+        accumulator. Row 8c + i of Q holds query row i restricted to 32-d chunk c of each d
+        half (with that chunk's own power-of-two scale), so every k=32 step accumulates from
+        zero in a row of its own; the S exchange adds the 16 scaled products in fp32
+        (`fa512.emulation.Design.qk_rows`). The exact-accumulation error of the design at the
+        cost of the decode tile's idle rows. The dispatch uses it when ``max_seqlen_q x G <= 8``.
     pingpong : bool
         fp8_mma with qk_mode="duplicate" only: the two consumer warpgroups, which then share no
         per-block data, take turns issuing their MMAs (named barriers), so one warpgroup's
@@ -192,6 +200,7 @@ class Sm90FwdConfig:
     consumer_regs: int = 232
     pv_promote: bool = False
     qk_promote: bool = False
+    qk_rows: bool = False
     pingpong: bool = False
     vt_prepass: bool = False
     q_reg_steps: int = 0
@@ -270,6 +279,8 @@ class Sm90FwdConfig:
             parts.append("promote")
         if self.qk_promote:
             parts.append("qkpromote")
+        if self.qk_rows:
+            parts.append("qkrows")
         if self.pingpong:
             parts.append("pp")
         if self.vt_prepass:
@@ -412,6 +423,8 @@ class Sm90FwdConfig:
             return False, "pv_promote is not built with split partials (see with_split)"
         if self.qk_promote and self.mma_path != "fp8_mma":
             return False, f"qk_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
+        if self.qk_rows and (self.mma_path != "fp8_mma" or self.qk_mode != "split_d" or self.qk_promote):
+            return False, "qk_rows spreads the split-d QK of a decode tile over its M rows: fp8_mma, qk_mode='split_d', no qk_promote"
         if self.pingpong and (self.mma_path != "fp8_mma" or self.qk_mode != "duplicate"):
             return False, "pingpong alternates independent warpgroups: fp8_mma with qk_mode='duplicate' only"
         if self.stage == "no_vt" and self.mma_path != "fp8_mma":
@@ -445,6 +458,9 @@ PV_PROMOTE_MIN_KEYS = 16384
 # the forward kernel (`Sm90FwdConfig.vt_prepass`): each V block is then reused by many tiles,
 # while the pass costs one extra read and write of V.
 VT_PREPASS_MIN_M_TILES = 16
+# fp8_mma tiles with at most this many rows of queries (max_seqlen_q x G: decode) give each
+# k-step of QK^T an M row of its own (`Sm90FwdConfig.qk_rows`): rows 8c + i, c < 8 per d half.
+QK_ROWS_MAX_QUERY_ROWS = 8
 # f16 ring depth of the dequant control's converter warps (`Sm90FwdConfig.cvt_warps`): Q 64 KB +
 # K and V 2 x 32 KB + one 16 KB e4m3 staging stage each = 224 KB at tile_n=32.
 CVT_F16_STAGES = 2
@@ -495,7 +511,11 @@ def default_config(
         # The promoted P.V needs 8 more registers per consumer thread (0 spills at 24 / 240). A
         # local mask's window arithmetic does not fit a 24-register producer (24 spills), so
         # local variants keep 40 / 232 and the direct accumulation.
-        if mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
+        if 0 < max_seqlen_q * pack <= QK_ROWS_MAX_QUERY_ROWS:
+            # Decode tiles: the spare M rows take the QK accumulation (`Sm90FwdConfig.qk_rows`),
+            # at any context length; with the promoted P.V as well it spills (2 STL/LDL).
+            regs = dict(qk_rows=True)
+        elif mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
         elif tile_n == 64 and max_seqlen_q * pack > TILE_M:
             # Sequences of several M tiles (prefill, chunked prefill): the duplicated QK with
@@ -519,7 +539,7 @@ def default_config(
         regs = dict(cvt_warps=True, q_reg_steps=DEQUANT_Q_REG_STEPS, producer_regs=72, consumer_regs=216)
     elif paged and page_size % tile_n and page_size % 32 == 0:
         tile_n, stages = 32, 2
-    return Sm90FwdConfig(
+    cfg = Sm90FwdConfig(
         mma_path=mma_path,
         q_dtype=q_dtype,
         tile_n=tile_n,
@@ -531,9 +551,10 @@ def default_config(
         descale=tuple(descale),
         **regs,
     ).with_split(split)
+    return cfg
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "VT_PREPASS_MIN_M_TILES", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "VT_PREPASS_MIN_M_TILES", "QK_ROWS_MAX_QUERY_ROWS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -561,9 +582,9 @@ def variant_list(full: bool = True) -> list:
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
-                    # fp8_mma: short and long-context (promoted) variants, and the multi-tile (pingpong)
-                    # ones, with V^T from the prepass from VT_PREPASS_MIN_M_TILES tiles on; dequant:
-                    # prefill and decode
+                    # fp8_mma: short and long-context (promoted) variants, decode tiles (qk_rows), and
+                    # the multi-tile (pingpong) ones, with V^T from the prepass from
+                    # VT_PREPASS_MIN_M_TILES tiles on; dequant: prefill and decode
                     for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M),
                                           (0, VT_PREPASS_MIN_M_TILES * TILE_M)):
                         cfg = default_config(

@@ -81,21 +81,33 @@ def _scale_exponent(amax: Float32) -> Int32:
 
 
 @cute.jit
-def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32):
+def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32,
+                    k_step_rows: cutlass.Constexpr[bool] = False):
     """sQ8 (64, 256) e4m3 <- sQ_in (64, 256) bf16/f16 / scale[row]; sScale (64,) fp32 <- scale.
 
     Thread t handles the 16 columns of chunk t % 16 in rows t // 16 + 8 i; the 16 threads of a
     row are 16 consecutive lanes, so the row amax is a 4-step butterfly. Two passes over smem
     (amax, then scale and convert) keep 16 values live per thread instead of 128.
+
+    ``k_step_rows`` (`Sm90FwdConfig.qk_rows`): row 8 i + r becomes row r restricted to the
+    32 columns of k-step i (zeros elsewhere), scaled by that chunk's own amax.
     """
     rows = cute.size(sQ_in, mode=[0])
     chunk = tidx_wg % 16
     for i in cutlass.range_constexpr(rows // 8):
         row = tidx_wg // 16 + 8 * i
-        src = cute.local_tile(sQ_in, (1, 16), (row, chunk))
+        src_row = row
+        if const_expr(k_step_rows):
+            src_row = tidx_wg // 16
+        src = cute.local_tile(sQ_in, (1, 16), (src_row, chunk))
         r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
         cute.autovec_copy(src, r_in)
         vals = r_in.load().to(Float32)
+        if const_expr(k_step_rows):
+            keep = Float32(0.0)
+            if chunk // 2 == i:  # 16-column chunks 2i and 2i + 1 make k-step i
+                keep = Float32(1.0)
+            vals = vals * keep
         amax = Float32(0.0)
         for c in cutlass.range_constexpr(16):
             amax = cute.arch.fmax(amax, abs(vals[c]))

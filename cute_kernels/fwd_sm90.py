@@ -117,7 +117,7 @@ class FlashFwdSm90:
         self.cfg = config
         self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d",
                                   cvt_warps=config.cvt_warps, skip_transpose=config.stage == "no_vt",
-                                  vt_from_tma=config.vt_prepass)
+                                  vt_from_tma=config.vt_prepass, qk_rows=config.qk_rows)
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
@@ -812,8 +812,11 @@ class FlashFwdSm90:
                 self._trace(warp, "consumer K released: block, stage", n, hk.index)
             if const_expr(do_qk):
                 if const_expr(self.split_d):
-                    xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                    self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale)
+                    if const_expr(self.cfg.qk_rows):
+                        self._exchange_rows(acc_S, sX, tidx_wg, wg, True, n_blocks == 1, warp_live, q_row_scale)
+                    else:
+                        xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                        self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                 elif const_expr(self.fp8_mma):
                     _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
@@ -875,8 +878,12 @@ class FlashFwdSm90:
                         # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
                         promo.scale.store(row_scale.load())
                     if const_expr(self.split_d):
-                        xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                        self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
+                        if const_expr(self.cfg.qk_rows):
+                            self._exchange_rows(acc_S, sX, tidx_wg, wg, False, i == n_blocks - 2, warp_live,
+                                                q_row_scale)
+                        else:
+                            xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                            self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                     elif const_expr(self.fp8_mma):
                         _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
@@ -1192,6 +1199,53 @@ class FlashFwdSm90:
         if const_expr(not self.cvt_warps):  # cvt_warps: X[w] is in the block's own K stage
             if not is_last:
                 cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
+
+    @cute.jit
+    def _exchange_rows(self, acc_S, sX, tidx_wg, wg, is_first: cutlass.Constexpr[bool], is_last, live, own_scale):
+        """`_exchange` for `Sm90FwdConfig.qk_rows`: S of query row i = the sum of the 16 rows
+        8c + i that each hold one k-step (8 per warpgroup).
+
+        Every thread scales its two rows (8c + i, 8c + 8 + i: k-steps 2w and 2w + 1 of its
+        warpgroup's half) and writes their sum to X[w]; after the barrier the live warp (rows
+        0..15) of each warpgroup adds the four warps' sums of X[0], then of X[1], in that order,
+        so both warpgroups hold bit-identical S (`fa512.emulation.Design.qk_rows`), and writes
+        it to both of its rows. Same barrier protocol as `_exchange`: X[w] is rewritten only
+        after the other warpgroup's arrival on X_FREE[w], which also follows this warpgroup's
+        own reads (its live warp waits on the same barrier first).
+        """
+        n_s = cute.size(acc_S)
+        regs = cute.make_tensor(acc_S.iterator, cute.make_layout(n_s))  # register order (`_scale_s_rows`)
+        _scale_s_rows(acc_S, own_scale)
+        pair = cute.make_rmem_tensor((4, n_s // 8), Float32)
+        pair_regs = cute.make_tensor(pair.iterator, cute.make_layout(n_s // 2))
+        for j in cutlass.range_constexpr(n_s // 4):
+            for e in cutlass.range_constexpr(2):
+                pair_regs[2 * j + e] = regs[4 * j + e] + regs[4 * j + 2 + e]
+        if const_expr(not is_first):
+            cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
+        cute.autovec_copy(pair, cute.local_tile(sX[None, tidx_wg, None, wg], (4, n_s // 8), (0, 0)))
+        cute.arch.barrier(barrier_id=BAR_S_READY, number_of_threads=256)
+        if live:
+            lane = tidx_wg % 32
+            total = cute.make_rmem_tensor((4, n_s // 8), Float32)
+            total_regs = cute.make_tensor(total.iterator, cute.make_layout(n_s // 2))
+            part = cute.make_rmem_tensor((4, n_s // 8), Float32)
+            part_regs = cute.make_tensor(part.iterator, cute.make_layout(n_s // 2))
+            for h in cutlass.range_constexpr(2):
+                for w in cutlass.range_constexpr(4):
+                    src = cute.local_tile(sX[None, lane + 32 * w, None, h], (4, n_s // 8), (0, 0))
+                    if const_expr(h == 0 and w == 0):
+                        cute.autovec_copy(src, total)
+                    else:
+                        cute.autovec_copy(src, part)
+                        for c in cutlass.range_constexpr(n_s // 2):
+                            total_regs[c] = total_regs[c] + part_regs[c]
+            for j in cutlass.range_constexpr(n_s // 4):
+                for e in cutlass.range_constexpr(2):
+                    regs[4 * j + e] = total_regs[2 * j + e]
+                    regs[4 * j + 2 + e] = total_regs[2 * j + e]
+        if not is_last:
+            cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
 
     @cute.jit
     def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,

@@ -202,6 +202,7 @@ class Fp8MmaPath:
     shared_q: bool = False  # duplicated QK: both warpgroups read the whole e4m3 Q tile
     skip_transpose: bool = False  # Sm90FwdConfig.stage "no_vt" (timing only)
     vt_from_tma: bool = False  # Sm90FwdConfig.vt_prepass: the V stage already holds V^T
+    qk_rows: bool = False  # Sm90FwdConfig.qk_rows: one 32-d chunk of a query row per M row
 
     @property
     def mma_dtype(self):
@@ -226,7 +227,7 @@ class Fp8MmaPath:
         """Quantise this warpgroup's Q half to e4m3 (row scales to sScale_w) and make it visible
         to the wgmma (async proxy) and its scales to the threads that read them: this
         warpgroup's, or both warpgroups' with the duplicated QK (``shared_q``)."""
-        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg)
+        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, self.qk_rows)
         cute.arch.fence_view_async_shared()
         if const_expr(self.shared_q):
             cute.arch.barrier(barrier_id=BAR_Q_READY, number_of_threads=256)
@@ -348,14 +349,14 @@ def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Co
 
 
 def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False,
-                  skip_transpose: bool = False, vt_from_tma: bool = False):
+                  skip_transpose: bool = False, vt_from_tma: bool = False, qk_rows: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype, tile_n, in_producer=cvt_warps)
     if mma_path == "fp8_mma":
         return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, skip_transpose=skip_transpose,
-                          vt_from_tma=vt_from_tma)
+                          vt_from_tma=vt_from_tma, qk_rows=qk_rows)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 

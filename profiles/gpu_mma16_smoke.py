@@ -80,18 +80,22 @@ TOL_EMU = 5e-4  # fp8_mma: rel L2 of out vs the emulation of its own numerics (i
 # fp8_mma's long-context guard forced on for a short sequence (the dispatch turns it on from
 # cute_kernels.config.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
 PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="split_d", pingpong=False,
-                vt_prepass=False)
+                vt_prepass=False, qk_rows=False)
 # fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32), forced on, and the
 # dequant control without part of Q in registers (its default since 2026-11-29), for their A/B
 QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240, qk_mode="split_d",
-                   pingpong=False, vt_prepass=False)
+                   pingpong=False, vt_prepass=False, qk_rows=False)
 Q_REGS_OFF = dict(q_reg_steps=0)
 # the dequant control's conversion in the producer warpgroup's warps 1-3 (Sm90FwdConfig.cvt_warps)
 CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=216)
 # fp8_mma with the duplicated QK (no S exchange between the warpgroups) and the warpgroups
 # taking turns at the tensor cores (the dispatch's choice for multi-tile sequences), and the
 # split-d layout (its choice for one-tile decode): each forced for the A/B
-PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240)
+PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240,
+                qk_rows=False)
+# decode tiles without the k-steps in their spare M rows (the dispatch's split-d decode before
+# Sm90FwdConfig.qk_rows): the A/B of its cost and accuracy
+NO_QK_ROWS = dict(qk_rows=False)
 SPLIT_D = dict(qk_mode="split_d", pingpong=False, pv_promote=False, producer_regs=40, consumer_regs=232,
                vt_prepass=False)
 
@@ -113,8 +117,11 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     add("fp8mma_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4, descale=True)
     add("fp8mma_page32", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
     add("fp8mma_no_pack_g1", hq=4, hkv=4, q_lens=[70], k_lens=[300], causal=True, page_size=64)
-    # >= PV_PROMOTE_MIN_KEYS keys without splits: the promoted P.V (decode, causal = no mask)
+    # >= PV_PROMOTE_MIN_KEYS keys without splits: decode tiles take qk_rows instead of the
+    # promoted P.V (causal = no mask); a sequence of 4 queries (32 rows) keeps the promotion
     add("fp8mma_decode_long", q_lens=[1, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
+    add("fp8mma_decode_long_q4", q_lens=[4, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
+    add("fp8mma_decode_local_qkrows", q_lens=[1, 1, 1], k_lens=[900, 70, 3000], window=[300, 0], page_size=64)
     if not quick:
         add("fp8mma_gemma31b_prefill2048", q_lens=[2048], k_lens=[2048], causal=True, page_size=64, descale=True,
             logit_std=4.0, softmax_scale=1.0)
@@ -151,6 +158,9 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
             for guard in (False, True):
                 add(f"fp8mma_retrieval{keys // 1024}k_std{std:g}" + ("_qkpromote" if guard else ""),
                     family="retrieval", seqlen_k=keys, logit_std=std, config=QK_PROMOTED if guard else None)
+            # the decode variant before qk_rows (the dispatch now uses qk_rows here)
+            add(f"fp8mma_retrieval{keys // 1024}k_std{std:g}_noqkrows", family="retrieval", seqlen_k=keys,
+                logit_std=std, config=NO_QK_ROWS)
     c.append(dict(name="fp8mma_cuda_graph_decode_split8", kind="graph", kernel="fp8_mma", kv="fp8"))
     return c
 
@@ -178,6 +188,8 @@ def fp8_perf_cases() -> list[dict]:
         _prefill8k("perf_prefill8192_causal_fp8_mma", **mma),
         _decode("perf_decode_b64_k8192_fp8_mma", 64, 8192, **mma),
         _decode("perf_decode_b4_k32768_fp8_mma_split", 4, 32768, **split),
+        _decode("ab_decode_b64_k8192_fp8_mma_noqkrows", 64, 8192, **mma, config=NO_QK_ROWS),
+        _decode("ab_decode_b4_k32768_fp8_mma_split_noqkrows", 4, 32768, **split, config=NO_QK_ROWS),
         _decode("ab_decode_b4_k32768_fp8_mma_n32s4", 4, 32768, **split, config=n32),
         _decode("ab_decode_b64_k8192_fp8_mma_n32s4", 64, 8192, **mma, config=n32),
         _prefill8k("perf_prefill8192_causal_fp8_dequant"),
@@ -282,6 +294,8 @@ def diag_cases() -> list[dict]:
     c += [dict(name="diag_fp8_mma_pingpong", stage="full", **fp8)]
     # 128 queries x G=8 = 16 M tiles: pingpong with V^T from the prepass (two kernels), causal
     c += [dict(name="diag_fp8_mma_vtp", stage="full", causal=True, **{**fp8, "q_lens": [128]})]
+    # decode tiles (one query x G=8): the k-steps in the spare M rows (Sm90FwdConfig.qk_rows), 5 blocks
+    c += [dict(name="diag_fp8_mma_qkrows", stage="full", **{**fp8, "q_lens": [1, 1], "k_lens": [300, 70]})]
     return c
 
 

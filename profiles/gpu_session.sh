@@ -44,6 +44,7 @@ for step in "$@"; do
     bench)       run bench 580 python3 -m fa512 bench --quick --out "$OUT/bench" ;;
     ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;
     nsys)        run nsys 200 python3 profiles/nsys_run.py --case decode --kernel auto --kv fp8 --out "$OUT/nsys" ;;
+    ab_retrieval) run ab_retrieval 300 python3 -m fa512 ab --sweeps scale --families retrieval --no-plots --out "$OUT/ab_retrieval" ;;
     ab_scale)    run ab_scale 420 python3 -m fa512 ab --sweeps scale --families gaussian,sink,retrieval --no-plots --out "$OUT/ab_scale" ;;
     mma16_full)  run mma16_full 580 $smoke --no-perf --out "$OUT/mma16_full" ;;
     qkpromote)   run qkpromote 300 $smoke --fp8 --no-perf --case qkpromote_ --out "$OUT/qkpromote" ;;

@@ -112,6 +112,29 @@ def test_default_config_shapes():
     assert cfg.qhead_per_kvhead == 1  # 6 does not divide 64: no packing
 
 
+def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
+    """Tiles of at most 8 query rows (decode at G=8) take `Sm90FwdConfig.qk_rows` at any context
+    length (instead of the promoted P.V, which spills with it), split or not; larger tiles and
+    other paths do not; the config refuses it where the layout has no spare rows to use."""
+    from cute_kernels.config import PV_PROMOTE_MIN_KEYS, QK_ROWS_MAX_QUERY_ROWS
+
+    kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True, mask="causal")
+    for keys in (4096, PV_PROMOTE_MIN_KEYS):
+        for split in (False, True):
+            cfg = default_config(max_seqlen_k=keys, max_seqlen_q=1, split=split, **kw)
+            assert cfg.qk_rows and not cfg.pv_promote and cfg.qk_mode == "split_d" and cfg.can_implement()[0]
+            assert cfg.key().endswith("-qkrows") and cfg.with_split(not split).qk_rows
+    assert QK_ROWS_MAX_QUERY_ROWS == 8
+    assert not default_config(max_seqlen_k=4096, max_seqlen_q=2, **kw).qk_rows  # 16 rows
+    assert default_config(max_seqlen_k=4096, max_seqlen_q=8, **{**kw, "group": 1}).qk_rows
+    assert not default_config(max_seqlen_k=4096, max_seqlen_q=0, **kw).qk_rows  # unknown bound
+    assert not default_config(max_seqlen_k=4096, max_seqlen_q=1, **{**kw, "fp8_mma": False}).qk_rows
+    for bad in (dict(mma_path="bf16"), dict(qk_mode="duplicate"), dict(qk_promote=True)):
+        base = default_config(max_seqlen_k=4096, max_seqlen_q=1, **kw)
+        ok, why = base.with_(**bad).can_implement()
+        assert not ok and "qk_rows" in why, bad
+
+
 def test_fp8_mma_promotes_pv_where_the_registers_allow():
     """fp8_mma's long-context guard: on from PV_PROMOTE_MIN_KEYS keys (24 / 240 registers), off
     for shorter sequences, split partials and local masks (both spill with it,

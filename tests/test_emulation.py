@@ -390,3 +390,33 @@ def test_gmma_fp8_reproduces_the_h200_bit_for_bit():
         assert torch.equal(model, case["out"]), name
         # exact accumulation does not: the data can tell the models apart
         assert not torch.equal((a.double() @ b.double().t()).float(), case["out"]), name
+
+
+def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
+    """`Design.qk_rows` (each k-step of QK^T from zero in its own M row, 32-d Q scales): on the
+    retrieval probe at logit std 2, where FP8 wgmma's accumulation of the needle's large logit
+    costs the most, it lands below the anchor design with exact accumulation, and below the
+    default variant's 8-step accumulation (CPU, seeded; 4096 keys: 1.97e-2 / 2.07e-2 / 2.17e-2
+    on 2026-11-30)."""
+    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, fp8_mma_design, make_design
+    from fa512.inputs import make_case
+    from fa512.reference import attention_ref
+    from fa512.tools.ab import error_metrics
+    from cute_kernels.config import default_config
+
+    case = make_case("retrieval", heads="31B", mode="decode", batch=1, seqlen_k=4096, logit_std=2.0, seed=0)
+    ref_out, ref_lse = attention_ref(case.q, case.k, case.v, **case.kwargs())
+    decode = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                            fp8_mma=True, max_seqlen_q=1, descale=(False, True, True))
+    rows = fp8_mma_design(decode)
+    assert rows.qk_rows and rows.q_groups == 16 and rows.label.endswith("+qkrows")
+    designs = {"rows": rows, "default": fp8_mma_design(decode.with_(qk_rows=False)),
+               "anchor_exact": make_design("anchor_fp8")}
+    err = {}
+    for name, design in designs.items():
+        out, lse = emulate_attention(case.q, case.k, case.v, design=design, **case.kwargs())
+        err[name] = error_metrics(out, lse, ref_out, ref_lse, case.valid_rows)["rel_l2"]
+    assert err["rows"] < 0.97 * err["anchor_exact"] and err["anchor_exact"] < err["default"], err
+    with pytest.raises(ValueError, match="qk_rows"):
+        make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS).__class__(
+            name="fa512_fp8", q_mode="row_e4m3", p_mode="e4m3", qk_rows=True, q_groups=2, acc_bits=GMMA_FP8_BITS)

@@ -123,7 +123,10 @@ def test_fp8_mma_pingpong_for_multi_tile_sequences(seqlen_q, pingpong, vt_prepas
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", num_splits=1)
     assert p.kernel == "fp8_mma" and p.config.pingpong is pingpong and p.config.vt_prepass is vt_prepass
     assert p.config.qk_mode == ("duplicate" if pingpong else "split_d")
-    assert p.config.key().endswith("-pp-vtp" if vt_prepass else "-pp" if pingpong else "-split_d-r40-232")
+    decode_tile = seqlen_q * 8 <= 8  # one query x G=8 heads: k-steps in the spare M rows
+    assert p.config.qk_rows is decode_tile
+    assert p.config.key().endswith("-pp-vtp" if vt_prepass else "-pp" if pingpong else
+                                   "-split_d-r40-232-qkrows" if decode_tile else "-split_d-r40-232")
     # the prepass's V^T scratch (B=2, Hkv=4, 512, 600 keys -> 640) is the plan's workspace
     assert p.workspace_bytes == (2 * 4 * 512 * 640 if vt_prepass else 0)
 

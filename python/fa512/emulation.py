@@ -102,6 +102,11 @@ class Design:
         same e4m3 relative precision; see `quantize_q_rows`). fa512_fp8 does.
     q_groups : with "row_e4m3", scale groups per row (contiguous d slices); fa512_fp8 uses 2,
         one per consumer warpgroup's half of d.
+    qk_rows : with ``acc_bits`` and 16 ``q_groups``, every k=32 step of QK^T accumulates from
+        zero on its own (the decode tile's spare M rows hold one 32-d chunk of Q each, with
+        its own power-of-two scale, `Sm90FwdConfig.qk_rows`), and the 16 scaled products are
+        added in fp32: per warpgroup half h and warp w, chunks 8h+2w and 8h+2w+1 first, then
+        those eight sums in order (h, w).
     """
 
     name: str
@@ -115,6 +120,7 @@ class Design:
     qk_promote: bool = False
     q_scale_pow2: bool = False
     q_groups: int = 1
+    qk_rows: bool = False
 
     def __post_init__(self):
         if self.q_mode not in _Q_MODES:
@@ -127,8 +133,11 @@ class Design:
             raise arg_error(ValueError, "block_n", self.block_n, "an int >= 1")
         if self.acc_bits is not None and not 1 <= self.acc_bits <= 23:
             raise arg_error(ValueError, "acc_bits", self.acc_bits, "None or an int in 1..23")
-        if self.q_groups not in (1, 2, 4):
-            raise arg_error(ValueError, "q_groups", self.q_groups, "1, 2 or 4 (d slices of 512)")
+        if self.q_groups not in (1, 2, 4, 16):
+            raise arg_error(ValueError, "q_groups", self.q_groups, "1, 2, 4 or 16 (d slices of 512)")
+        if self.qk_rows and (self.q_groups != 16 or self.acc_bits is None or self.qk_promote):
+            raise arg_error(ValueError, "qk_rows", True,
+                            "False unless q_groups=16 and acc_bits is set (and qk_promote is off)")
 
     @property
     def uses_fp8_mma(self) -> bool:
@@ -152,6 +161,7 @@ class Design:
         if self.acc_bits is not None:
             text += f"/acc{self.acc_bits}" + ("" if self.pv_promote else "-nopromote")
             text += "+qkpromote" if self.qk_promote else ""
+            text += "+qkrows" if self.qk_rows else ""
         return text
 
 
@@ -278,9 +288,11 @@ def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch
 def fp8_mma_design(variant) -> Design:
     """The exact numerics of one launched fp8_mma variant (an `Sm90FwdConfig` after
     ``with_split``): fa512_fp8 with its key block, the H200's FP8 wgmma accumulation
-    (`gmma_fp8`, `GMMA_FP8_BITS`) and the variant's guards (``pv_promote``, ``qk_promote``)."""
+    (`gmma_fp8`, `GMMA_FP8_BITS`) and the variant's guards (``pv_promote``, ``qk_promote``,
+    ``qk_rows``)."""
     base = make_design("fa512_fp8", block_n=variant.tile_n, acc_bits=GMMA_FP8_BITS, pv_promote=variant.pv_promote)
-    return dataclasses.replace(base, qk_promote=variant.qk_promote)
+    rows = dict(qk_rows=True, q_groups=16) if variant.qk_rows else {}
+    return dataclasses.replace(base, qk_promote=variant.qk_promote, **rows)
 
 
 def anchor_on_h200_design() -> Design:
@@ -404,11 +416,26 @@ def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo,
     return _finish(o, row_sum, m_final, v_scale, design)
 
 
-def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int, promote: bool = False) -> torch.Tensor:
+def _qk_rows(q8, col_scale, k_blk, acc_bits: int) -> torch.Tensor:
+    """S of the decode tile with one k=32 step per M row (`Design.qk_rows`), in its fp32 order."""
+    step = 32
+    piece = [gmma_fp8(q8[..., c * step:(c + 1) * step], k_blk[..., c * step:(c + 1) * step, :], None, acc_bits)
+             * col_scale[..., c * step:c * step + 1] for c in range(q8.shape[-1] // step)]
+    s = None
+    for pair in range(len(piece) // 2):  # (half, warp) in order; a thread's two rows first
+        t = piece[2 * pair] + piece[2 * pair + 1]
+        s = t if s is None else s + t
+    return s
+
+
+def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int, promote: bool = False, rows: bool = False) -> torch.Tensor:
     """S of fa512_fp8 with FP8 accumulation: one e4m3 product per d slice (a consumer
     warpgroup's half), each scaled by its power-of-two row scale, summed in fp32. With
-    ``promote`` each slice's two k halves accumulate separately and are added in fp32 first."""
+    ``promote`` each slice's two k halves accumulate separately and are added in fp32 first;
+    with ``rows`` every k-step is a product of its own (`_qk_rows`)."""
     q8, col_scale = q_groups
+    if rows:
+        return _qk_rows(q8, col_scale, k_blk, acc_bits)
     d = q8.shape[-1]
     w = d // groups
     parts = 2 if promote else 1
@@ -446,7 +473,8 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         if not bool(visible.any()):
             continue  # the kernel skips blocks masked for every row; numerically a no-op
         if acc_bits is not None and q_groups is not None:
-            s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits, design.qk_promote)
+            s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits, design.qk_promote,
+                        design.qk_rows)
         else:
             s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, acc_bits)
         t = (s * scale_log2).masked_fill(~visible, -math.inf)
