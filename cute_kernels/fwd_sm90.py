@@ -723,6 +723,8 @@ class FlashFwdSm90:
             sX = storage.sX.get_tensor(cute.make_layout(x_shape, stride=(1, 4, 512, n_s * 128)))
         x_mine = sX[None, tidx_wg, None, wg] if const_expr(self.split_d and not self.cvt_warps) else None
         x_other = sX[None, tidx_wg, None, 1 - wg] if const_expr(self.split_d and not self.cvt_warps) else None
+        sX_rows = sX if const_expr(self.cfg.qk_rows) else None  # `_exchange` sums all 8 warps' slots
+        lane = tidx_wg % 32
 
         # -- softmax state ---------------------------------------------------------------------
         qk_descale = Float32(1.0)
@@ -812,11 +814,8 @@ class FlashFwdSm90:
                 self._trace(warp, "consumer K released: block, stage", n, hk.index)
             if const_expr(do_qk):
                 if const_expr(self.split_d):
-                    if const_expr(self.cfg.qk_rows):
-                        self._exchange_rows(acc_S, sX, tidx_wg, wg, True, n_blocks == 1, warp_live, q_row_scale)
-                    else:
-                        xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                        self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale)
+                    xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                    self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale, sX_rows, lane)
                     self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                 elif const_expr(self.fp8_mma):
                     _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
@@ -878,12 +877,9 @@ class FlashFwdSm90:
                         # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
                         promo.scale.store(row_scale.load())
                     if const_expr(self.split_d):
-                        if const_expr(self.cfg.qk_rows):
-                            self._exchange_rows(acc_S, sX, tidx_wg, wg, False, i == n_blocks - 2, warp_live,
-                                                q_row_scale)
-                        else:
-                            xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                            self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale)
+                        xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                        self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale,
+                                       sX_rows, lane)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                     elif const_expr(self.fp8_mma):
                         _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
@@ -1171,7 +1167,8 @@ class FlashFwdSm90:
         self._add_slice(acc_O, promo.temp, n_slices - 1, promo.scale)
 
     @cute.jit
-    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, live, own_scale=None):
+    def _exchange(self, acc_S, x_mine, x_other, wg, is_first: cutlass.Constexpr[bool], is_last, live, own_scale=None,
+                  sX_rows=None, lane=None):
         """S = S_0 + S_1 through smem (see class docstring for the barrier protocol).
 
         ``own_scale`` (fp8_mma): this warpgroup's e4m3 Q row scales (rows r, r+8 of the thread)
@@ -1179,73 +1176,42 @@ class FlashFwdSm90:
         hold bit-identical S. A warp whose rows hold no query (``live`` false; its partner warp
         in the other warpgroup holds the same rows) keeps the barriers but moves no data: in a
         decode tile that is 3 of 4 warps, 3/4 of the exchange's smem traffic.
+
+        ``sX_rows`` (both X tiles) and ``lane``: `Sm90FwdConfig.qk_rows`, where S of query row i
+        is the sum of the 16 rows 8c + i that each hold one k-step (8 per warpgroup). Every
+        thread writes the sum of its two scaled rows (k-steps 2w and 2w + 1 of warp w); the live
+        warp of each warpgroup then adds the four warps' sums of X[0], then of X[1], in that
+        order (`fa512.emulation.Design.qk_rows`), and writes the total to both of its rows. It
+        also reads its own X[w]; the X_FREE[w] barrier, which all of warpgroup w takes part in,
+        keeps the next block's writes after those reads too.
         """
         n_s = cute.size(acc_S)
         frag = cute.make_tensor(acc_S.iterator, cute.make_layout((4, n_s // 4)))
         if const_expr(own_scale is not None):
             _scale_s_rows(acc_S, own_scale)
+        pair = None
+        if const_expr(sX_rows is not None):
+            pair = _row_pair_sums(acc_S)
         if const_expr(not is_first and not self.k_early and not self.cvt_warps):
             # wait until the other WG has read what this WG wrote for the previous block (k_early:
             # done before the K conversion that overwrites X[w], `_convert_next_k`)
             cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
-        if live:
+        if const_expr(sX_rows is not None):
+            cute.autovec_copy(pair, cute.local_tile(x_mine, (4, n_s // 8), (0, 0)))
+        elif live:
             cute.autovec_copy(frag, x_mine)
         cute.arch.barrier(barrier_id=BAR_S_READY, number_of_threads=256)
         if live:
-            other = cute.make_rmem_tensor((4, n_s // 4), Float32)
-            cute.autovec_copy(x_other, other)
-            for i in cutlass.range_constexpr(n_s):
-                frag[i] = frag[i] + other[i]
+            if const_expr(sX_rows is not None):
+                _sum_row_pairs(acc_S, sX_rows, lane)
+            else:
+                other = cute.make_rmem_tensor((4, n_s // 4), Float32)
+                cute.autovec_copy(x_other, other)
+                for i in cutlass.range_constexpr(n_s):
+                    frag[i] = frag[i] + other[i]
         if const_expr(not self.cvt_warps):  # cvt_warps: X[w] is in the block's own K stage
             if not is_last:
                 cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
-
-    @cute.jit
-    def _exchange_rows(self, acc_S, sX, tidx_wg, wg, is_first: cutlass.Constexpr[bool], is_last, live, own_scale):
-        """`_exchange` for `Sm90FwdConfig.qk_rows`: S of query row i = the sum of the 16 rows
-        8c + i that each hold one k-step (8 per warpgroup).
-
-        Every thread scales its two rows (8c + i, 8c + 8 + i: k-steps 2w and 2w + 1 of its
-        warpgroup's half) and writes their sum to X[w]; after the barrier the live warp (rows
-        0..15) of each warpgroup adds the four warps' sums of X[0], then of X[1], in that order,
-        so both warpgroups hold bit-identical S (`fa512.emulation.Design.qk_rows`), and writes
-        it to both of its rows. Same barrier protocol as `_exchange`: X[w] is rewritten only
-        after the other warpgroup's arrival on X_FREE[w], which also follows this warpgroup's
-        own reads (its live warp waits on the same barrier first).
-        """
-        n_s = cute.size(acc_S)
-        regs = cute.make_tensor(acc_S.iterator, cute.make_layout(n_s))  # register order (`_scale_s_rows`)
-        _scale_s_rows(acc_S, own_scale)
-        pair = cute.make_rmem_tensor((4, n_s // 8), Float32)
-        pair_regs = cute.make_tensor(pair.iterator, cute.make_layout(n_s // 2))
-        for j in cutlass.range_constexpr(n_s // 4):
-            for e in cutlass.range_constexpr(2):
-                pair_regs[2 * j + e] = regs[4 * j + e] + regs[4 * j + 2 + e]
-        if const_expr(not is_first):
-            cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
-        cute.autovec_copy(pair, cute.local_tile(sX[None, tidx_wg, None, wg], (4, n_s // 8), (0, 0)))
-        cute.arch.barrier(barrier_id=BAR_S_READY, number_of_threads=256)
-        if live:
-            lane = tidx_wg % 32
-            total = cute.make_rmem_tensor((4, n_s // 8), Float32)
-            total_regs = cute.make_tensor(total.iterator, cute.make_layout(n_s // 2))
-            part = cute.make_rmem_tensor((4, n_s // 8), Float32)
-            part_regs = cute.make_tensor(part.iterator, cute.make_layout(n_s // 2))
-            for h in cutlass.range_constexpr(2):
-                for w in cutlass.range_constexpr(4):
-                    src = cute.local_tile(sX[None, lane + 32 * w, None, h], (4, n_s // 8), (0, 0))
-                    if const_expr(h == 0 and w == 0):
-                        cute.autovec_copy(src, total)
-                    else:
-                        cute.autovec_copy(src, part)
-                        for c in cutlass.range_constexpr(n_s // 2):
-                            total_regs[c] = total_regs[c] + part_regs[c]
-            for j in cutlass.range_constexpr(n_s // 4):
-                for e in cutlass.range_constexpr(2):
-                    regs[4 * j + e] = total_regs[2 * j + e]
-                    regs[4 * j + 2 + e] = total_regs[2 * j + e]
-        if not is_last:
-            cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
 
     @cute.jit
     def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
@@ -1298,6 +1264,45 @@ def _sum_d_halves(acc_S: cute.Tensor, acc_T: cute.Tensor, scale_lo: cute.Tensor,
     t = cute.make_tensor(acc_T.iterator, cute.make_layout(n))
     for i in cutlass.range_constexpr(n):
         s[i] = s[i] * scale_lo[(i >> 1) & 1] + t[i] * scale_hi[(i >> 1) & 1]
+
+
+@cute.jit
+def _row_pair_sums(acc_S: cute.Tensor) -> cute.Tensor:
+    """The sum of the thread's two rows r, r + 8 (register pairs alternate between them, as in
+    `_scale_s_rows`), as (4, n / 8) vectors for the exchange tile."""
+    n = cute.size(acc_S)
+    regs = cute.make_tensor(acc_S.iterator, cute.make_layout(n))
+    pair = cute.make_rmem_tensor((4, n // 8), Float32)
+    pair_regs = cute.make_tensor(pair.iterator, cute.make_layout(n // 2))
+    for j in cutlass.range_constexpr(n // 4):
+        for e in cutlass.range_constexpr(2):
+            pair_regs[2 * j + e] = regs[4 * j + e] + regs[4 * j + 2 + e]
+    return pair
+
+
+@cute.jit
+def _sum_row_pairs(acc_S: cute.Tensor, sX: cute.Tensor, lane):
+    """S of the thread's rows (both get it) = the row-pair sums of lane ``lane`` of the four
+    warps in X[0], then in X[1], added in that order (`Sm90FwdConfig.qk_rows`)."""
+    n = cute.size(acc_S)
+    regs = cute.make_tensor(acc_S.iterator, cute.make_layout(n))
+    total = cute.make_rmem_tensor((4, n // 8), Float32)
+    total_regs = cute.make_tensor(total.iterator, cute.make_layout(n // 2))
+    part = cute.make_rmem_tensor((4, n // 8), Float32)
+    part_regs = cute.make_tensor(part.iterator, cute.make_layout(n // 2))
+    for h in cutlass.range_constexpr(2):
+        for w in cutlass.range_constexpr(4):
+            src = cute.local_tile(sX[None, lane + 32 * w, None, h], (4, n // 8), (0, 0))
+            if const_expr(h == 0 and w == 0):
+                cute.autovec_copy(src, total)
+            else:
+                cute.autovec_copy(src, part)
+                for c in cutlass.range_constexpr(n // 2):
+                    total_regs[c] = total_regs[c] + part_regs[c]
+    for j in cutlass.range_constexpr(n // 4):
+        for e in cutlass.range_constexpr(2):
+            regs[4 * j + e] = total_regs[2 * j + e]
+            regs[4 * j + 2 + e] = total_regs[2 * j + e]
 
 
 @cute.jit
