@@ -44,6 +44,7 @@
 #include <string>
 #include <memory>
 #include <unordered_map>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -392,11 +393,13 @@ const Driver& driver() {
     Driver drv;
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (lib != nullptr) {
-      drv.launch_ex = reinterpret_cast<decltype(drv.launch_ex)>(dlsym(lib, "cuLaunchKernelEx"));
-      drv.kernel_get_function = reinterpret_cast<decltype(drv.kernel_get_function)>(dlsym(lib, "cuKernelGetFunction"));
-      drv.param_info = reinterpret_cast<decltype(drv.param_info)>(dlsym(lib, "cuFuncGetParamInfo"));
-      drv.replace_address = reinterpret_cast<decltype(drv.replace_address)>(dlsym(lib, "cuTensorMapReplaceAddress"));
-      auto sym = [lib](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name)); };
+      auto sym = [lib](auto& fn, const char* name) {
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      };
+      sym(drv.launch_ex, "cuLaunchKernelEx");
+      sym(drv.kernel_get_function, "cuKernelGetFunction");
+      sym(drv.param_info, "cuFuncGetParamInfo");
+      sym(drv.replace_address, "cuTensorMapReplaceAddress");
       sym(drv.stream_create, "cuStreamCreate");
       sym(drv.is_capturing, "cuStreamIsCapturing");
       sym(drv.begin_capture, "cuStreamBeginCapture_v2");
@@ -581,12 +584,17 @@ const char* prepare_direct(Direct& d, void* fn, TVMFFIAny* args, int n) {
 
 // A launch configuration (runtime or driver layout; attributes have the same layout in both)
 // from a recording, on ``stream``.
-template <typename Config>
-Config recorded_config(const Recorded& r, void* stream) {
-  Config cfg{};
+template <typename Shape>
+void copy_shape(const Recorded& r, Shape& cfg) {  // grid, block and dynamic smem (any of the layouts)
   std::copy(r.grid, r.grid + 3, cfg.grid);
   std::copy(r.block, r.block + 3, cfg.block);
   cfg.smem = static_cast<decltype(cfg.smem)>(r.smem);
+}
+
+template <typename Config>
+Config recorded_config(const Recorded& r, void* stream) {
+  Config cfg{};
+  copy_shape(r, cfg);
   cfg.stream = stream;
   cfg.attrs = r.attrs.empty() ? nullptr : r.attrs.data();
   cfg.num_attrs = static_cast<unsigned>(r.attrs.size() / kAttrBytes);
@@ -635,7 +643,6 @@ bool launch_direct(const Direct& d, const TVMFFIAny* args, void* stream, std::st
     error = "fa512: kernel launch failed (CUDA error " + std::to_string(rc) + ")";
     return false;
   }
-  ++g_direct_launches;
   return true;
 }
 
@@ -680,8 +687,10 @@ bool direct_ready(const KernelCall& c, const CallDevice& dev) {
 
 // One kernel: the recorded launch once it is ready, else the host function.
 bool call_kernel(const KernelCall& c, void* stream, const CallDevice& dev, std::string& error) {
-  if (direct_ready(c, dev)) return launch_direct(*c.direct, c.args, stream, error);
-  return ffi_call(c.fn, c.args, c.n, error);
+  if (!direct_ready(c, dev)) return ffi_call(c.fn, c.args, c.n, error);
+  if (!launch_direct(*c.direct, c.args, stream, error)) return false;
+  ++g_direct_launches;
+  return true;
 }
 
 // ---- Graph launch -----------------------------------------------------------------------------
@@ -732,11 +741,9 @@ const char* build_graph(const KernelCall* calls, int count, int device, StreamGr
   void* capture = capture_stream(device);
   if (capture == nullptr) return "cuStreamCreate failed";
   if (drv.begin_capture(capture, kCaptureThreadLocal) != 0) return "cuStreamBeginCapture failed";
-  const uint64_t counted = g_direct_launches;
   std::string error;
   bool captured = true;
   for (int i = 0; i < count && captured; ++i) captured = launch_direct(*calls[i].direct, calls[i].args, capture, error);
-  g_direct_launches = counted;  // captured, not launched
   const bool ended = drv.end_capture(capture, &g.graph) == 0 && g.graph != nullptr;
   if (!captured || !ended) return "capturing the recorded launches failed";
   size_t n = kMaxKernels;
@@ -792,9 +799,7 @@ bool launch_graph(GraphCache& cache, const KernelCall* calls, int count, void* s
     if (!fill_params(*calls[i].direct, calls[i].args, params, error)) return false;
     KernelNodeParams p{};
     p.func = rec.cu_function;
-    std::copy(rec.grid, rec.grid + 3, p.grid);
-    std::copy(rec.block, rec.block + 3, p.block);
-    p.smem = static_cast<unsigned>(rec.smem);
+    copy_shape(rec, p);
     p.params = params.argv;
     if (drv.set_node_params(g->exec, g->nodes[i], &p) != 0) {
       cache.why_off = "cuGraphExecKernelNodeSetParams failed";

@@ -490,9 +490,9 @@ def default_config(
 
     ``max_seqlen_k`` (host bound on keys per sequence) switches fp8_mma's long-context guard
     on from `PV_PROMOTE_MIN_KEYS` keys (see `Sm90FwdConfig.pv_promote`). ``max_seqlen_q``
-    (host bound on queries per sequence; 0 = unknown) picks the dequant control's decode
-    variant (Q's first k-steps come from registers, `Sm90FwdConfig.q_reg_steps`, in every
-    call now).
+    (host bound on queries per sequence; 0 = unknown) picks fp8_mma's layout: decode tiles of
+    at most `QK_ROWS_MAX_QUERY_ROWS` rows take `Sm90FwdConfig.qk_rows` (instead of the
+    promoted P.V), sequences of several M tiles pingpong (and the V^T prepass).
 
     tile_n=64 with one K and one V stage (Q 64 KB + K 64 KB + V 64 KB + two fp32 partial-S
     tiles 32 KB = 224 KB) is the default; tile_n=32 with two stages is the alternative the

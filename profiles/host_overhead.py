@@ -194,8 +194,9 @@ def _loop(api: str, q, k, v, kw, out, calls: int) -> None:
             fwd(*args)
 
 
-def _rounds(api, q, k, v, kw, out, repeats, calls, cuda, host, dev) -> None:
-    """``repeats`` timed rounds of ``calls`` calls: host us per call into ``host``, device into ``dev``."""
+def _rounds(api, q, k, v, kw, out, repeats, calls, cuda) -> tuple[list, list]:
+    """``repeats`` timed rounds of ``calls`` calls: (host, device) us per call of each round."""
+    host, dev = [], []
     for _ in range(repeats):
         if cuda:
             torch.cuda.synchronize()
@@ -208,6 +209,7 @@ def _rounds(api, q, k, v, kw, out, repeats, calls, cuda, host, dev) -> None:
             end.record()
             end.synchronize()
             dev.append(start.elapsed_time(end) / calls * 1e3)
+    return host, dev
 
 
 def measure(case: str, api: str, device: str, repeats: int = 101, calls: int = 32, warmup: int = 20) -> dict:
@@ -218,10 +220,9 @@ def measure(case: str, api: str, device: str, repeats: int = 101, calls: int = 3
     out = torch.empty_like(q)
     _loop(api, q, k, v, kw, out, warmup)
     cuda = device == "cuda"
-    host, dev = [], []
     gc.disable()  # as timeit: a collection inside a round is not the call's cost
     try:
-        _rounds(api, q, k, v, kw, out, repeats, calls, cuda, host, dev)
+        host, dev = _rounds(api, q, k, v, kw, out, repeats, calls, cuda)
     finally:
         gc.enable()
     row = dict(case=case, api=api, kernel=op.last_launch.get("kernel"), num_splits=op.last_launch.get("num_splits"),
