@@ -69,7 +69,7 @@ MMA_PATHS = ("bf16", "f16", "fp8_dequant", "fp8_mma")
 FP8_PATHS = ("fp8_dequant", "fp8_mma")
 MASKS = ("none", "causal", "local")
 KV_LAYOUTS = ("packed", "paged")
-QK_MODES = ("split_d", "duplicate")
+QK_MODES = ("split_d", "duplicate", "alternate")
 DTYPES = ("bf16", "f16")
 DESCALE_NAMES = ("q", "k", "v")
 
@@ -117,11 +117,16 @@ class Sm90FwdConfig:
         Write fp32 partial (O, lse) per split (the split count is a run-time argument).
     descale : (bool, bool, bool)
         Whether q/k/v descale tensors are passed ((B, Hkv) float32 views, any strides).
-    qk_mode : "split_d" | "duplicate"
+    qk_mode : "split_d" | "duplicate" | "alternate"
         "split_d": each consumer warpgroup computes Q·K^T over its own half of d and the two
         fp32 partial S tiles are summed through smem (no duplicated MMA work).
         "duplicate": both warpgroups compute the full Q·K^T (the vLLM fork's layout, 1.5x MMA),
         kept as the A/B control.
+        "alternate" (fp8_mma with ``vt_prepass``): the warpgroups take the key blocks in turn;
+        the one whose turn it is computes the block's full Q·K^T and softmax and hands P (e4m3)
+        and the softmax state to the other through smem, and each runs P.V on its d half (P
+        from smem when it is the other's block). No duplicated MMA work and no S exchange; the
+        same arithmetic as "duplicate", so the same output bit for bit.
     producer_regs, consumer_regs : int
         setmaxnreg budgets; (producer + 2 x consumer) x 128 must fit the CTA register pool
         (`REGISTER_POOL` = 168 x 384 = 64512), or the consumers' setmaxnreg.inc never returns.
@@ -431,8 +436,16 @@ class Sm90FwdConfig:
             return False, "stage 'no_vt' drops fp8_mma's V transpose: fp8_mma only"
         if self.pingpong and self.stage not in ("full", "no_vt"):
             return False, "pingpong's turns pair the QK and PV issues: no diagnostic cuts"
-        if self.vt_prepass and not (self.pingpong and self.tile_n == 64 and not self.pv_promote):
-            return False, "vt_prepass feeds V^T by TMA to fp8_mma's pingpong layout (tile_n 64, no pv_promote) only"
+        if self.vt_prepass and not ((self.pingpong or self.qk_mode == "alternate") and self.tile_n == 64
+                                    and not self.pv_promote):
+            return False, ("vt_prepass feeds V^T by TMA to fp8_mma's pingpong or alternate layouts "
+                           "(tile_n 64, no pv_promote) only")
+        if self.qk_mode == "alternate" and not (self.mma_path == "fp8_mma" and self.vt_prepass and self.kv_stages == 2
+                                                and not (self.qk_promote or self.qk_rows or self.pingpong)):
+            return False, ("qk_mode 'alternate' is built for fp8_mma with vt_prepass, two K/V stages (one K stage "
+                           "per warpgroup) and no qk_promote / qk_rows / pingpong")
+        if self.qk_mode == "alternate" and self.stage != "full":
+            return False, "qk_mode 'alternate' has no diagnostic cuts"
         if self.cvt_warps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
             return False, "cvt_warps converts e4m3 K/V for the dequant control: fp8_dequant with qk_mode='split_d' only"
         if self.q_reg_steps and (self.mma_path != "fp8_dequant" or self.qk_mode != "split_d"):
@@ -454,10 +467,6 @@ class Sm90FwdConfig:
 # prevents grows with the keys one CTA accumulates: at 8k keys it is well below the e4m3
 # rounding of Q and P.
 PV_PROMOTE_MIN_KEYS = 16384
-# fp8_mma pingpong calls with at least this many M tiles per sequence transpose V once, before
-# the forward kernel (`Sm90FwdConfig.vt_prepass`): each V block is then reused by many tiles,
-# while the pass costs one extra read and write of V.
-VT_PREPASS_MIN_M_TILES = 16
 # fp8_mma tiles with at most this many rows of queries (max_seqlen_q x G: decode) give each
 # k-step of QK^T an M row of its own (`Sm90FwdConfig.qk_rows`): rows 8c + i, c < 8 per d half.
 QK_ROWS_MAX_QUERY_ROWS = 8
@@ -518,14 +527,15 @@ def default_config(
         elif mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
         elif tile_n == 64 and max_seqlen_q * pack > TILE_M:
-            # Sequences of several M tiles (prefill, chunked prefill): the duplicated QK with
-            # the warpgroups taking turns (`Sm90FwdConfig.pingpong`; the second d half's
-            # accumulator needs 24 / 240). H200, causal prefill 8k: 566 against 528 TFLOP/s
-            # for split-d; one-tile decode is faster split-d (99.4% against 97.6% of copy
-            # bandwidth at B=64), 2026-11-29.
-            regs = dict(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240)
-            if -(-max_seqlen_q * pack // TILE_M) >= VT_PREPASS_MIN_M_TILES:
-                regs["vt_prepass"] = True
+            # Sequences of several M tiles (prefill, chunked prefill): V^T transposed once per
+            # key block by the prepass (`Sm90FwdConfig.vt_prepass`) and the warpgroups taking
+            # the key blocks in turn (`qk_mode="alternate"`: each block's QK^T computed once;
+            # its second d half's accumulator needs 24 / 240). H200 2026-11-30, same runs,
+            # against the duplicated QK with pingpong and the in-kernel transpose (the previous
+            # choice): causal prefill 8k 922 against 680 TFLOP/s (pingpong on the prepass),
+            # chunks of 16 / 32 / 64 / 128 queries x 4 x 8192 keys 679 / 650 / 635 / 796
+            # against 583 / 555 / 567 / 588 (in-kernel transpose). One-tile decode stays split-d.
+            regs = dict(qk_mode="alternate", vt_prepass=True, producer_regs=24, consumer_regs=240)
     elif mma_path == "fp8_dequant":
         # The producer warpgroup's warps 1-3 convert (`Sm90FwdConfig.cvt_warps`): Q 64 + f16 K/V
         # rings 2 x 2 x 32 (the S exchange lives in K's stages) + one e4m3 staging stage each
@@ -554,7 +564,7 @@ def default_config(
     return cfg
 
 
-__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "VT_PREPASS_MIN_M_TILES", "QK_ROWS_MAX_QUERY_ROWS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
+__all__ = ["Sm90FwdConfig", "default_config", "PV_PROMOTE_MIN_KEYS", "QK_ROWS_MAX_QUERY_ROWS", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M", "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL",
            "LAUNCH_REGS", "NUM_THREADS", "STAGES", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "decode_trace"]
 
 
@@ -562,8 +572,8 @@ def variant_list(full: bool = True) -> list:
     """Every variant `python -m fa512 compile` builds (and the dispatch table may select).
 
     Gemma-4 packs G = Hq/Hkv = 8 query heads per M tile; G=1 covers other group sizes. The
-    A/B alternatives (tile_n=32 with two stages, the fork's duplicated-QK layout) are built
-    for one row so CI keeps them compiling. ``full=False`` gives the short list the CPU tests use.
+    A/B alternatives (tile_n=32 with two stages, the fork's duplicated-QK layout, fp8_mma's
+    pingpong) are built for one row so CI keeps them compiling. ``full=False`` gives the short list the CPU tests use.
     """
     out = []
     for dtype in DTYPES:
@@ -583,10 +593,9 @@ def variant_list(full: bool = True) -> list:
             for mask in MASKS:
                 for split in (False, True):
                     # fp8_mma: short and long-context (promoted) variants, decode tiles (qk_rows), and
-                    # the multi-tile (pingpong) ones, with V^T from the prepass from
-                    # VT_PREPASS_MIN_M_TILES tiles on; dequant: prefill and decode
-                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M),
-                                          (0, VT_PREPASS_MIN_M_TILES * TILE_M)):
+                    # the multi-tile ones (alternating warpgroups, V^T from the prepass); dequant:
+                    # prefill and decode
+                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M)):
                         cfg = default_config(
                             kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
                             split=split, descale=(True, True, True), fp8_mma=mma_path == "fp8_mma",
@@ -612,6 +621,11 @@ def variant_list(full: bool = True) -> list:
         fp8.with_(pv_promote=False, qk_promote=True, mask="none", kv_layout="paged", page_size=64),
         fp8.with_(pv_promote=False, qk_promote=True, kv_layout="paged", page_size=64),
         fp8.with_(pv_promote=False, qk_promote=True, mask="none", kv_layout="paged", page_size=64).with_split(True),
+        # the duplicated QK with pingpong (the multi-tile layout before qk_mode="alternate"), with the
+        # in-kernel V transpose and on the prepass's V^T: the A/B of the alternation
+        *[default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                         descale=(True, True, True), fp8_mma=True, max_seqlen_q=TILE_M)
+          .with_(qk_mode="duplicate", pingpong=True, vt_prepass=vtp) for vtp in (False, True)],
         # the dequant control with the consumers converting their own d halves (the A/B of cvt_warps)
         default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
                        descale=(True, True, True)).with_(cvt_warps=False, kv_stages=3, q_reg_steps=4,

@@ -25,6 +25,11 @@ V (`transpose_v_half`)
     blocks with 8 ``prmt`` each and writes 16 words. Rows at or past ``rows_valid`` are written
     as zeros: a NaN bit pattern in an unused cache slot must not meet a zero P in the MMA.
 
+P as an smem operand (`store_p_tile`)
+    With ``qk_mode="alternate"`` one warpgroup's P is the other's A operand, read from smem by
+    an SS wgmma: a (64, 64) K-major tile with 64 B swizzle (the layout of a Vt tile), the
+    register fragment's words stored at their (row, k) places (`p_word_index`).
+
 The pure-Python tables at the top are what the CPU tests check; the DSL code below uses them.
 """
 
@@ -137,6 +142,33 @@ def p_to_fp8_a(acc_P: cute.Tensor, tOrP: cute.Tensor):
     src = cute.make_tensor(acc_P.iterator, perm)
     dst = cute.make_tensor(tOrP.iterator, cute.make_layout((2, 2, 2, 2, n // 16)))
     dst.store(src.load().to(Float8E4M3FN))
+
+
+# qk_mode "alternate" hands P to the other warpgroup as the A operand of an SS wgmma: a
+# (64, 64) e4m3 K-major tile with 64 B swizzle, laid out like a V^T tile (rows of 64 bytes), in
+# the k order of the register fragment, so both warpgroups multiply the same P by the same V^T.
+P_TILE_BYTES = 64 * 64
+
+
+def p_word_index(tidx_wg, word: int):
+    """Word of the P tile that word ``word`` of thread ``tidx_wg``'s e4m3 A fragment belongs in.
+
+    Fragment words run over (row half h, k half kh, k32 block kb) = (word & 1, (word >> 1) & 1,
+    word >> 2); each holds k = 32 kb + 16 kh + 4 (lane % 4) .. + 3 of row 16 warp + lane // 4
+    + 8 h (`p_to_fp8_a`). Python or DSL ints for ``tidx_wg``; bank-conflict free per warp.
+    """
+    h, kh, kb = word & 1, (word >> 1) & 1, word >> 2
+    lane = tidx_wg % 32
+    row = 16 * (tidx_wg // 32) + lane // 4 + 8 * h
+    return vt_word_index(row, 8 * kb + 4 * kh + lane % 4, 64)
+
+
+@cute.jit
+def store_p_tile(tOrP: cute.Tensor, sP_words: cute.Tensor, base, tidx_wg: Int32):
+    """Write a thread's e4m3 P fragment (64 keys: 8 words) into the P tile at word ``base``."""
+    words = cute.recast_tensor(tOrP, Uint32)
+    for w in cutlass.range_constexpr(cute.size(words)):
+        sP_words[base + p_word_index(tidx_wg, w)] = words[w]
 
 
 # 4 x 4 byte transpose in two prmt stages. Stage 1 pairs rows (a, b) and (c, d) by byte
@@ -275,10 +307,13 @@ __all__ = [
     "E4M3_MAX",
     "P_KEY_ORDER",
     "P_REGISTER_PERM",
+    "P_TILE_BYTES",
+    "p_word_index",
     "key_of_k",
     "key_of_word_byte",
     "q_scale_exponent",
     "quantize_q_half",
+    "store_p_tile",
     "p_to_fp8_a",
     "transpose_lane_plan",
     "transpose_selectors_of",

@@ -22,7 +22,7 @@ from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import pipeline_checks
 from .config import CVT_F16_STAGES, HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
-from .fp8_operands import p_to_fp8_a
+from .fp8_operands import P_TILE_BYTES, p_to_fp8_a, store_p_tile
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
 from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, CVT_THREADS, make_mma_path, unit_view
@@ -43,6 +43,8 @@ class PromoteParts(NamedTuple):
 BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
 BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arrive + 128 sync)
 BAR_TURN = 7  # + w: WG w's turn to issue its MMAs (pingpong; 128 arrive + 128 sync)
+BAR_P_FULL = 9  # + w: WG w wrote P and its softmax state to slot w (qk_mode "alternate"; 128 arrive + 128 sync)
+BAR_P_FREE = 11  # + w: the other WG's P.V has read slot w (qk_mode "alternate"; 128 arrive + 128 sync)
 
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
 
@@ -72,6 +74,11 @@ class FlashFwdSm90:
         QK 64*n*512 + PV 64*n*512 MACs: the useful work (the vLLM fork's layout repeats QK in
         both warpgroups: 1.5x). ``qk_mode="duplicate"`` keeps the fork's layout as the A/B control.
 
+    Key blocks taken in turn (``qk_mode="alternate"``, fp8_mma with V^T from the prepass)
+        Block j is WG (j % 2)'s: it computes S over all of d, runs the softmax step and hands P
+        (e4m3) and the softmax state to the other warpgroup through smem; both run P.V on their
+        d halves. Useful MMA work only, and no per-block exchange (`_alternate_blocks`).
+
     Pipelines (producer -> consumer, stages, arrivals)
     --------------------------------------------------
     Q : TMA warp -> 8 consumer warps, 1 stage, tx = 64*512*2 B (one tile per CTA).
@@ -82,6 +89,8 @@ class FlashFwdSm90:
 
     Named barriers (split_d): S_READY (id 1, 256 threads) after both partial S tiles are in smem;
     X_FREE[w] (id 2+w, WG 1-w arrives after reading X[w], WG w syncs before rewriting it).
+    alternate: P_FULL[w] (id 9+w) and P_FREE[w] (id 11+w), see `_alternate_blocks`; its K stages
+    are released by the one warpgroup that read them (4 warp arrivals).
 
     Consumer timeline for block n (intra-warpgroup overlap):
         wait K[n] -> issue QK(n) -> O *= corr(n+1) -> wait V[n+1] -> issue PV(n+1) with P regs
@@ -125,6 +134,7 @@ class FlashFwdSm90:
         self.head_dim = HEAD_DIM
         self.half_d = HEAD_DIM // 2
         self.split_d = config.qk_mode == "split_d"
+        self.alternate = config.qk_mode == "alternate"  # key blocks taken in turn, P shared through smem
         self.qk_k = self.half_d if self.split_d else HEAD_DIM
         self.stages = config.kv_stages
         self.group = config.qhead_per_kvhead
@@ -136,8 +146,10 @@ class FlashFwdSm90:
         pipeline_checks.check_named_barriers(
             {"S_READY": BAR_S_READY, "X_FREE0": BAR_X_FREE, "X_FREE1": BAR_X_FREE + 1,
              "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1, "Q_READY": BAR_Q_READY,
-             "TURN0": BAR_TURN, "TURN1": BAR_TURN + 1},
-            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "TURN": 256},
+             "TURN0": BAR_TURN, "TURN1": BAR_TURN + 1, "P_FULL0": BAR_P_FULL, "P_FULL1": BAR_P_FULL + 1,
+             "P_FREE0": BAR_P_FREE, "P_FREE1": BAR_P_FREE + 1},
+            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "TURN": 256, "P_FULL": 256,
+             "P_FREE": 256},
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         self.stage = config.stage
@@ -149,6 +161,7 @@ class FlashFwdSm90:
         self.cvt_warps = config.cvt_warps
         # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
         self.k_early = self.path.needs_staging and self.split_d and not self.cvt_warps
+        self.k_reader_warps = 4 if self.alternate else 8  # warps that release each K stage (consumer side)
 
     def _runs(self, stage: str) -> bool:
         """Whether the diagnostic cut ``cfg.stage`` includes ``stage`` (compile-time)."""
@@ -282,6 +295,11 @@ class FlashFwdSm90:
             "K/V", producer_arrives=1, consumer_warps=kv_consumer_warps, consumer_arrives=kv_consumer_warps,
             tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
         )
+        if const_expr(self.alternate):  # a K block is read by the warpgroup whose turn it is
+            pipeline_checks.check_tma_pipeline(
+                "K", producer_arrives=1, consumer_warps=4, consumer_arrives=self.k_reader_warps,
+                tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
+            )
 
         # -- output views -------------------------------------------------------------------
         if const_expr(self.is_split):
@@ -399,9 +417,12 @@ class FlashFwdSm90:
             barrier_storage=storage.mbar_q.data_ptr(), num_stages=1, producer_group=tma_group,
             consumer_group=consumer_warps, tx_count=self.q_bytes, defer_sync=True,
         )
+        k_readers = kv_readers
+        if const_expr(self.alternate):
+            k_readers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.k_reader_warps)
         pipe_k = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages, producer_group=tma_group,
-            consumer_group=kv_readers, tx_count=self.kv_bytes, defer_sync=True,
+            consumer_group=k_readers, tx_count=self.kv_bytes, defer_sync=True,
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages, producer_group=tma_group,
@@ -791,95 +812,45 @@ class FlashFwdSm90:
                     else:
                         q_row_scale[r] = sScales[row, 0]
                         q_row_scale_hi[r] = sScales[row, 1]
-            # ---- first block (highest), always masked ----
-            n = n_max - 1
-            hk = k_cons.wait_and_advance()
-            self._trace(warp, "consumer K ready: block, stage", n, hk.index)
-            k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
-            acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            acc_T = self._second_half_acc(s_shape)
-            if const_expr(self.cfg.pingpong):
-                if wg == 1:  # WG 0 issues first
-                    cute.arch.barrier_arrive(barrier_id=BAR_TURN, number_of_threads=256)
-            if const_expr(do_qk):
-                if const_expr(self.qk_promote):
-                    self._qk_promoted(qkp, acc_S, k_idx)
+            if const_expr(self.alternate):
+                if wg == 0:
+                    self._alternate_blocks(
+                        0, tidx_wg, storage, tiled_mma_qk, tSrQ, tSrK, tiled_mma_pv, tOrVt, sVt_w, acc_O, s_shape,
+                        tScS, tOrP, softmax, row_scale, q_row_scale, q_row_scale_hi, mask, n_max, n_blocks,
+                        k_cons, v_cons, warp_live,
+                    )
                 else:
-                    self._take_turn(wg)
-                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
-                    self._pass_turn(wg, False)
-                    warpgroup.wait_group(0)
-            if const_expr(not self.cvt_warps):  # cvt_warps: the K stage holds X until the exchange
-                self.path.finish_k(hk)
-                self._trace(warp, "consumer K released: block, stage", n, hk.index)
-            if const_expr(do_qk):
-                if const_expr(self.split_d):
-                    xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                    self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale, sX_rows, lane)
-                    self._trace(warp, "consumer S exchanged: block", n, Int32(0))
-                elif const_expr(self.fp8_mma):
-                    _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
-            if const_expr(self.cvt_warps):
-                self.path.finish_k(hk)
-            if const_expr(do_qk):
-                if warp_live:
-                    mask.apply(acc_S, tScS, n)
-                    softmax.step(acc_S, row_scale, is_first=True)
-                self._p_to_a(acc_S, tOrP)
-            if const_expr(self.k_early):
-                if n_blocks > 1:
-                    hk = k_cons.wait_and_advance()
-                    self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
-            # ---- steady state: QK(n) overlaps PV(n+1) (fp8_mma: and the transpose of V(n+1)) ----
-            for i in cutlass.range(n_blocks - 1, unroll=1):
-                n = n_max - 2 - i
-                if const_expr(not self.k_early):
-                    hk = k_cons.wait_and_advance()
-                    self._trace(warp, "consumer K ready: block, stage", n, hk.index)
-                    k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
-                if const_expr(self.cfg.pingpong):
-                    # V(n+1) is transposed and O rescaled before this warpgroup's turn (while the
-                    # other one's MMAs run): S and T are not live yet (the other order spills 96
-                    # STL/LDL at 240), and the turn issues QK(n) and PV(n+1) back to back
-                    hv = v_cons.wait_and_advance()
-                    self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
-                    v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
-                    if const_expr(do_qk):
-                        softmax.rescale(acc_O, row_scale)
+                    self._alternate_blocks(
+                        1, tidx_wg, storage, tiled_mma_qk, tSrQ, tSrK, tiled_mma_pv, tOrVt, sVt_w, acc_O, s_shape,
+                        tScS, tOrP, softmax, row_scale, q_row_scale, q_row_scale_hi, mask, n_max, n_blocks,
+                        k_cons, v_cons, warp_live,
+                    )
+            else:
+                # ---- first block (highest), always masked ----
+                n = n_max - 1
+                hk = k_cons.wait_and_advance()
+                self._trace(warp, "consumer K ready: block, stage", n, hk.index)
+                k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
                 acc_T = self._second_half_acc(s_shape)
+                if const_expr(self.cfg.pingpong):
+                    if wg == 1:  # WG 0 issues first
+                        cute.arch.barrier_arrive(barrier_id=BAR_TURN, number_of_threads=256)
                 if const_expr(do_qk):
                     if const_expr(self.qk_promote):
-                        self._qk_promoted(qkp, acc_S, k_idx)  # complete on return
+                        self._qk_promoted(qkp, acc_S, k_idx)
                     else:
                         self._take_turn(wg)
                         self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
-                    if const_expr(not self.promote and not self.cfg.pingpong):
-                        softmax.rescale(acc_O, row_scale)
-                if const_expr(not self.cfg.pingpong):
-                    hv = v_cons.wait_and_advance()
-                    self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
-                    v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
-                if const_expr(do_pv):
-                    if const_expr(self.promote):
-                        self._pv_slice(promo, 0, tOrP, v_idx)
-                    else:
-                        self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                         self._pass_turn(wg, False)
-                if const_expr(do_qk):
-                    # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
-                    warpgroup.wait_group(1 if do_pv else 0)
-                if const_expr(not self.k_early and not self.cvt_warps):
+                        warpgroup.wait_group(0)
+                if const_expr(not self.cvt_warps):  # cvt_warps: the K stage holds X until the exchange
                     self.path.finish_k(hk)
                     self._trace(warp, "consumer K released: block, stage", n, hk.index)
                 if const_expr(do_qk):
-                    if const_expr(self.promote):
-                        # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
-                        promo.scale.store(row_scale.load())
                     if const_expr(self.split_d):
                         xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                        self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale,
-                                       sX_rows, lane)
+                        self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale, sX_rows, lane)
                         self._trace(warp, "consumer S exchanged: block", n, Int32(0))
                     elif const_expr(self.fp8_mma):
                         _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
@@ -887,44 +858,108 @@ class FlashFwdSm90:
                     self.path.finish_k(hk)
                 if const_expr(do_qk):
                     if warp_live:
-                        if mask.needs_mask(n):
-                            mask.apply(acc_S, tScS, n)
-                        softmax.step(acc_S, row_scale, is_first=False)
+                        mask.apply(acc_S, tScS, n)
+                        softmax.step(acc_S, row_scale, is_first=True)
+                    self._p_to_a(acc_S, tOrP)
                 if const_expr(self.k_early):
-                    if i < n_blocks - 2:  # K(n-1) while PV(n+1) runs
+                    if n_blocks > 1:
                         hk = k_cons.wait_and_advance()
                         self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
+                # ---- steady state: QK(n) overlaps PV(n+1) (fp8_mma: and the transpose of V(n+1)) ----
+                for i in cutlass.range(n_blocks - 1, unroll=1):
+                    n = n_max - 2 - i
+                    if const_expr(not self.k_early):
+                        hk = k_cons.wait_and_advance()
+                        self._trace(warp, "consumer K ready: block, stage", n, hk.index)
+                        k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
+                    if const_expr(self.cfg.pingpong):
+                        # V(n+1) is transposed and O rescaled before this warpgroup's turn (while the
+                        # other one's MMAs run): S and T are not live yet (the other order spills 96
+                        # STL/LDL at 240), and the turn issues QK(n) and PV(n+1) back to back
+                        hv = v_cons.wait_and_advance()
+                        self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
+                        v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                        if const_expr(do_qk):
+                            softmax.rescale(acc_O, row_scale)
+                    acc_S = cute.make_rmem_tensor(s_shape, Float32)
+                    acc_T = self._second_half_acc(s_shape)
+                    if const_expr(do_qk):
+                        if const_expr(self.qk_promote):
+                            self._qk_promoted(qkp, acc_S, k_idx)  # complete on return
+                        else:
+                            self._take_turn(wg)
+                            self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
+                        if const_expr(not self.promote and not self.cfg.pingpong):
+                            softmax.rescale(acc_O, row_scale)
+                    if const_expr(not self.cfg.pingpong):
+                        hv = v_cons.wait_and_advance()
+                        self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
+                        v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                    if const_expr(do_pv):
+                        if const_expr(self.promote):
+                            self._pv_slice(promo, 0, tOrP, v_idx)
+                        else:
+                            self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
+                            self._pass_turn(wg, False)
+                    if const_expr(do_qk):
+                        # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
+                        warpgroup.wait_group(1 if do_pv else 0)
+                    if const_expr(not self.k_early and not self.cvt_warps):
+                        self.path.finish_k(hk)
+                        self._trace(warp, "consumer K released: block, stage", n, hk.index)
+                    if const_expr(do_qk):
+                        if const_expr(self.promote):
+                            # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
+                            promo.scale.store(row_scale.load())
+                        if const_expr(self.split_d):
+                            xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                            self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale,
+                                           sX_rows, lane)
+                            self._trace(warp, "consumer S exchanged: block", n, Int32(0))
+                        elif const_expr(self.fp8_mma):
+                            _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
+                    if const_expr(self.cvt_warps):
+                        self.path.finish_k(hk)
+                    if const_expr(do_qk):
+                        if warp_live:
+                            if mask.needs_mask(n):
+                                mask.apply(acc_S, tScS, n)
+                            softmax.step(acc_S, row_scale, is_first=False)
+                    if const_expr(self.k_early):
+                        if i < n_blocks - 2:  # K(n-1) while PV(n+1) runs
+                            hk = k_cons.wait_and_advance()
+                            self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
+                    if const_expr(do_pv and self.promote):
+                        self._p_to_a(acc_S, promo.p_next)  # P(n) now: S dies before the other slices
+                        self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
+                    elif const_expr(do_pv):
+                        warpgroup.wait_group(0)
+                    self.path.finish_v(hv)
+                    self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
+                    if const_expr(do_qk):
+                        if const_expr(do_pv and self.promote):
+                            tOrP.store(promo.p_next.load())
+                        else:
+                            self._p_to_a(acc_S, tOrP)
+                # ---- last PV ----
+                if const_expr(do_qk):
+                    if const_expr(self.promote):
+                        promo.scale.store(row_scale.load())
+                    else:
+                        softmax.rescale(acc_O, row_scale)
+                hv = v_cons.wait_and_advance()
+                self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
+                v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
                 if const_expr(do_pv and self.promote):
-                    self._p_to_a(acc_S, promo.p_next)  # P(n) now: S dies before the other slices
+                    self._pv_slice(promo, 0, tOrP, v_idx)
                     self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
                 elif const_expr(do_pv):
+                    self._take_turn(wg)
+                    self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
+                    self._pass_turn(wg, True)
                     warpgroup.wait_group(0)
                 self.path.finish_v(hv)
-                self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
-                if const_expr(do_qk):
-                    if const_expr(do_pv and self.promote):
-                        tOrP.store(promo.p_next.load())
-                    else:
-                        self._p_to_a(acc_S, tOrP)
-            # ---- last PV ----
-            if const_expr(do_qk):
-                if const_expr(self.promote):
-                    promo.scale.store(row_scale.load())
-                else:
-                    softmax.rescale(acc_O, row_scale)
-            hv = v_cons.wait_and_advance()
-            self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
-            v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
-            if const_expr(do_pv and self.promote):
-                self._pv_slice(promo, 0, tOrP, v_idx)
-                self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
-            elif const_expr(do_pv):
-                self._take_turn(wg)
-                self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
-                self._pass_turn(wg, True)
-                warpgroup.wait_group(0)
-            self.path.finish_v(hv)
-            self._trace(warp, "consumer V released: block, stage", n_min, hv.index)
+                self._trace(warp, "consumer V released: block, stage", n_min, hv.index)
             hq.release()
             self._trace(warp, "consumer Q released, epilogue next", Int32(0), Int32(0))
 
@@ -1092,6 +1127,132 @@ class FlashFwdSm90:
         tSrQ = cute.make_rmem_tensor(thr.partition_shape_A((self.tile_m, 16 * self.q_reg_steps)), self.dtype)
         return tiled, tSrQ, tSsQ
 
+    # -- qk_mode "alternate": the warpgroups take the key blocks in turn -----------------------
+    # Block j (the j-th from the top, n = n_max - 1 - j) is WG (j % 2)'s: it waits for K(j) in
+    # its own K stage (two stages, so the blocks of WG w always land in stage w), computes S(j)
+    # over all of d, runs the softmax step from the state block j-1 left, converts P(j), and
+    # publishes P(j) and the new state in slot j % 2 of the spent Q tile. Both warpgroups add
+    # P(j).V(j) to their O halves: the owner with P from registers, the other with the SS wgmma
+    # reading the slot. The softmax steps form one chain alternating between the warpgroups;
+    # each warpgroup's QK(j + 2) and both P.Vs run under the other's step.
+    # P_FULL[w]: WG w arrives after writing slot w, the other syncs before reading it.
+    # P_FREE[w]: the other arrives after its P.V has read slot w, WG w syncs before rewriting it
+    # (from its second block on; the other skips the arrive when WG w writes no further block).
+
+    def _alternate_views(self, storage):
+        """(P slots as the SS A operand (64, tile_n, 2), P slots as words, softmax state slots
+        (thread, field, slot): row max r0 r1, partial row sum r0 r1, O factor r0 r1)."""
+        atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW64, Float8E4M3FN)
+        sP_layout = cute.tile_to_shape(atom, (self.tile_m, self.tile_n, 2), order=(0, 1, 2))
+        base = self._q_half_ptr(storage, 0, 0)
+        sP = cute.make_tensor(cute.recast_ptr(base, sP_layout.inner, dtype=Float8E4M3FN), sP_layout.outer)
+        p_words = cute.make_tensor(cute.recast_ptr(base, dtype=cutlass.Uint32), cute.make_layout(P_TILE_BYTES // 2))
+        state = cute.make_tensor(cute.recast_ptr(self._q_half_ptr(storage, 0, 2 * P_TILE_BYTES), dtype=Float32),
+                                 cute.make_layout((128, 6, 2), stride=(1, 128, 6 * 128)))
+        return sP, p_words, state
+
+    @cute.jit
+    def _alternate_blocks(
+        self, wg: cutlass.Constexpr[int], tidx_wg, storage, tiled_mma_qk, tSrQ, tSrK, tiled_mma_pv, tOrVt, sVt_w, acc_O, s_shape,
+        tScS, tOrP, softmax, row_scale, q_scale_lo, q_scale_hi, mask, n_max, n_blocks, k_cons, v_cons, warp_live,
+    ):
+        """Every block of the tile, ``qk_mode="alternate"`` (see above); returns with O complete."""
+        sP, p_words, state = self._alternate_views(storage)
+        tiled_ss = self._warpgroup_mma(self.half_d)  # P.V with P from a slot
+        thr_ss = tiled_ss.get_slice(tidx_wg)
+        tOsP = thr_ss.make_fragment_A(thr_ss.partition_A(sP))
+        tOsVt = thr_ss.make_fragment_B(thr_ss.partition_B(sVt_w))
+        mine = state[tidx_wg, None, wg]
+        theirs = state[tidx_wg, None, 1 - wg]
+        corr = cute.make_rmem_tensor(2, Float32)  # O's factor before the other's block
+        v_free = v_cons.clone()  # trails v_cons: V stages are released in order, after their last P.V
+        # (Consumer states advance only outside branches: the tracer carries no state changed there.)
+        if wg == 0:  # block 0: the first softmax step; no P.V before it
+            hk = k_cons.wait()
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            acc_T = self._second_half_acc(s_shape)
+            self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, hk.index, None, acc_T)
+            warpgroup.wait_group(0)
+            hk.release()
+            self._own_softmax(acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n_max - 1, softmax, row_scale,
+                              tOrP, warp_live, True)
+            self._publish(tOrP, softmax, row_scale, p_words, mine, tidx_wg, wg, False)
+            hv = v_cons.wait()  # O is zero: no rescale
+            self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, hv.index)
+        k_cons.advance(2 - wg)  # WG 0: past blocks 0 and 1 (WG 1's); WG 1: past block 0
+        if const_expr(wg == 0):
+            v_cons.advance()
+        for j in cutlass.range(2 - wg, n_blocks, 2, unroll=1):
+            # in flight: this warpgroup's P(j-2).V (j >= 2)
+            hk = k_cons.wait_and_advance()
+            k_cons.advance()  # block j+1 is the other's
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            acc_T = self._second_half_acc(s_shape)
+            self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, hk.index, None, acc_T)
+            warpgroup.wait_group(1)  # P(j-2).V done
+            if j >= 2:
+                v_free.current_handle().release()
+            v_free.advance(cutlass.min(j - 1, 1))  # 0 at WG 1's first block
+            # block j-1 (the other's): its softmax state, and its P from the slot
+            cute.arch.barrier(barrier_id=BAR_P_FULL + 1 - wg, number_of_threads=256)
+            _load_state(softmax, corr, theirs)
+            softmax.rescale(acc_O, corr)
+            hv = v_cons.wait_and_advance()
+            self._pv(tiled_ss, acc_O, tOsP[None, None, None, 1 - wg], tOsVt, hv.index)
+            warpgroup.wait_group(1)  # S(j) done; P(j-1).V may run on
+            hk.release()
+            self._own_softmax(acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n_max - 1 - j, softmax, row_scale,
+                              tOrP, warp_live, False)
+            self._publish(tOrP, softmax, row_scale, p_words, mine, tidx_wg, wg, j >= 2)
+            warpgroup.wait_group(0)  # P(j-1).V done: slot 1-w and V(j-1) are free
+            v_free.current_handle().release()
+            v_free.advance()
+            if j + 1 < n_blocks:
+                cute.arch.barrier_arrive(barrier_id=BAR_P_FREE + 1 - wg, number_of_threads=256)
+            softmax.rescale(acc_O, row_scale)
+            hv = v_cons.wait_and_advance()
+            self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, hv.index)
+        if (n_blocks - 1) % 2 != wg:  # the last block is the other's
+            cute.arch.barrier(barrier_id=BAR_P_FULL + 1 - wg, number_of_threads=256)
+            _load_state(softmax, corr, theirs)
+            warpgroup.wait_group(0)
+            if wg == 0 or n_blocks > 1:  # this warpgroup's own last P.V
+                v_free.current_handle().release()
+            softmax.rescale(acc_O, corr)
+            hv = v_cons.wait()
+            self._pv(tiled_ss, acc_O, tOsP[None, None, None, 1 - wg], tOsVt, hv.index)
+            warpgroup.wait_group(0)
+            hv.release()
+        else:
+            warpgroup.wait_group(0)
+            v_free.current_handle().release()
+
+    @cute.jit
+    def _own_softmax(self, acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n, softmax, row_scale, tOrP, warp_live,
+                     is_first: cutlass.Constexpr[bool]):
+        """S = the two d halves' sum; mask (boundary blocks; always the first); softmax step; P -> A."""
+        _sum_d_halves(acc_S, acc_T, q_scale_lo, q_scale_hi)
+        if warp_live:
+            if const_expr(is_first):
+                mask.apply(acc_S, tScS, n)
+            elif mask.needs_mask(n):
+                mask.apply(acc_S, tScS, n)
+            softmax.step(acc_S, row_scale, is_first=is_first)
+        self._p_to_a(acc_S, tOrP)
+
+    @cute.jit
+    def _publish(self, tOrP, softmax, row_scale, p_words, mine, tidx_wg, wg, wait_free):
+        """Slot wg <- P and the softmax state after this warpgroup's block; then P_FULL[wg]."""
+        if wait_free:
+            cute.arch.barrier(barrier_id=BAR_P_FREE + wg, number_of_threads=256)
+        store_p_tile(tOrP, p_words, wg * (P_TILE_BYTES // 4), tidx_wg)
+        for r in cutlass.range_constexpr(2):
+            mine[r] = softmax.row_max[r]
+            mine[2 + r] = softmax.row_sum[r]
+            mine[4 + r] = row_scale[r]
+        cute.arch.fence_view_async_shared()  # P is read by the other warpgroup's wgmma (async proxy)
+        cute.arch.barrier_arrive(barrier_id=BAR_P_FULL + wg, number_of_threads=256)
+
     # -- pingpong: the two warpgroups issue their MMAs in turns ------------------------------
     # Turn t of WG w waits on TURN[w] and ends with an arrive on TURN[1-w]. WG w takes N + 1
     # turns for N blocks (QK of the first block, QK(n) + PV(n+1) per loop step, the last PV);
@@ -1253,6 +1414,16 @@ class FlashFwdSm90:
                     row = s_c[r, 0][0]
                     if (m_block * self.tile_m + row) // self.group < seqlen_q:
                         gL[row] = lse[r]
+
+
+@cute.jit
+def _load_state(softmax, corr: cute.Tensor, state: cute.Tensor):
+    """The softmax state another warpgroup published (`FlashFwdSm90._publish`): row max and
+    partial row sum into ``softmax``, O's factor for that block into ``corr``."""
+    for r in cutlass.range_constexpr(2):
+        softmax.row_max[r] = state[r]
+        softmax.row_sum[r] = state[2 + r]
+        corr[r] = state[4 + r]
 
 
 @cute.jit

@@ -93,6 +93,13 @@ CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=21
 # split-d layout (its choice for one-tile decode): each forced for the A/B
 PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240,
                 qk_rows=False)
+# the pingpong layout with the in-kernel V transpose (the dispatch's choice below
+# VT_PREPASS_MIN_M_TILES tiles), forced on long prefill (where the dispatch alternates with the prepass)
+IN_KERNEL_VT = dict(PINGPONG, vt_prepass=False)
+# the warpgroups alternating on the prepass's V^T (the dispatch's choice from VT_PREPASS_MIN_M_TILES
+# tiles), forced on shorter multi-tile sequences: where the prepass starts to pay
+ALTERNATE = dict(qk_mode="alternate", pingpong=False, vt_prepass=True, pv_promote=False, qk_rows=False,
+                 producer_regs=24, consumer_regs=240)
 # decode tiles without the k-steps in their spare M rows (the dispatch's split-d decode before
 # Sm90FwdConfig.qk_rows): the A/B of its cost and accuracy
 NO_QK_ROWS = dict(qk_rows=False)
@@ -201,18 +208,27 @@ def fp8_perf_cases() -> list[dict]:
         _decode("ab_decode_b64_k8192_fp8_dequant_qregs0", 64, 8192, config=no_qregs),
         _prefill8k("ab_prefill8192_causal_fp8_mma_splitd", **mma, config=SPLIT_D),
         # timing bound only (wrong output): the dispatched pingpong without its V transpose
-        _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(stage="no_vt", vt_prepass=False)),
+        _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(IN_KERNEL_VT, stage="no_vt")),
         # the in-kernel V transpose, against the dispatched V^T prepass
-        _prefill8k("ab_prefill8192_causal_fp8_mma_invt", **mma, config=dict(vt_prepass=False)),
+        _prefill8k("ab_prefill8192_causal_fp8_mma_invt", **mma, config=IN_KERNEL_VT),
+        # the duplicated QK with pingpong on the prepass's V^T, against the dispatched alternation
+        _prefill8k("ab_prefill8192_causal_fp8_mma_pingpong", **mma, config=PINGPONG),
         # near the prepass threshold (16 M tiles per sequence) and a shorter prefill, both ways
         dict(name="ab_chunk128x4_k8192_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
              causal=True, page_size=64, descale=True, **mma),
         dict(name="ab_chunk128x4_k8192_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
-             causal=True, page_size=64, descale=True, **mma, config=dict(vt_prepass=False)),
+             causal=True, page_size=64, descale=True, **mma, config=IN_KERNEL_VT),
+        dict(name="ab_chunk128x4_k8192_fp8_mma_pingpong", kind="perf", kv="fp8", q_lens=[128] * 4,
+             k_lens=[8192] * 4, causal=True, page_size=64, descale=True, **mma, config=PINGPONG),
+        *[dict(name=f"ab_chunk{q}x4_k8192_fp8_mma_{tag}", kind="perf", kv="fp8", q_lens=[q] * 4, k_lens=[8192] * 4,
+               causal=True, page_size=64, descale=True, **mma, config=cfg)
+          for q in (16, 32, 64) for tag, cfg in (("dispatch", None), ("alternate", ALTERNATE))],
         dict(name="ab_prefill2048_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
              page_size=64, descale=True, **mma),
         dict(name="ab_prefill2048_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
-             page_size=64, descale=True, **mma, config=dict(vt_prepass=False)),
+             page_size=64, descale=True, **mma, config=IN_KERNEL_VT),
+        dict(name="ab_prefill2048_fp8_mma_pingpong", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048],
+             causal=True, page_size=64, descale=True, **mma, config=PINGPONG),
         _decode("ab_decode_b64_k8192_fp8_mma_pingpong", 64, 8192, **mma, config=PINGPONG),
         _decode("ab_decode_b4_k32768_fp8_mma_split_pingpong", 4, 32768, **split, config=PINGPONG),
         _prefill8k("ab_prefill8192_causal_fp8_mma_promoted", **mma, config=PROMOTED),
@@ -292,7 +308,7 @@ def diag_cases() -> list[dict]:
     fp8 = dict(kind="diag", kernel="fp8_mma", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200], page_size=64)
     c += [dict(name=f"diag_fp8_mma_{st}", stage=st, config=SPLIT_D, **fp8) for st in ("setup", "load", "qk", "full")]
     c += [dict(name="diag_fp8_mma_pingpong", stage="full", **fp8)]
-    # 128 queries x G=8 = 16 M tiles: pingpong with V^T from the prepass (two kernels), causal
+    # 128 queries x G=8 = 16 M tiles: V^T from the prepass (two kernels), the warpgroups alternating, causal
     c += [dict(name="diag_fp8_mma_vtp", stage="full", causal=True, **{**fp8, "q_lens": [128]})]
     # decode tiles (one query x G=8): the k-steps in the spare M rows (Sm90FwdConfig.qk_rows), 5 blocks
     c += [dict(name="diag_fp8_mma_qkrows", stage="full", **{**fp8, "q_lens": [1, 1], "k_lens": [300, 70]})]

@@ -63,7 +63,9 @@ for step in "$@"; do
       run "$step" 300 python3 profiles/nsys_run.py --case prefill --kernel "${step#ncu_src_}" --kv fp8 --ncu --out "/tmp/$step"
       run "${step}_source" 120 bash -c "ncu --import /tmp/$step/*.ncu-rep --page source --csv --print-source sass > /tmp/$step/source.csv && ncu --import /tmp/$step/*.ncu-rep --page details --csv > /tmp/$step/details.csv && python3 profiles/ncu_source_summary.py /tmp/$step/source.csv /tmp/$step/details.csv && gzip -c /tmp/$step/source.csv > $OUT/${step}_source.csv.gz" ;;
     nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;
-    san_*)       # compute-sanitizer on one tiny diag case: san_<memcheck|racecheck>_<case substring>
+    race_probe)  # racecheck on a bare named-barrier hand-off, writer arriving or syncing (profiles/racecheck_barrier_probe.py)
+      run race_probe 200 bash -c 'for m in arrive sync; do compute-sanitizer --tool racecheck --racecheck-report analysis python3 profiles/racecheck_barrier_probe.py --mode $m; done' ;;
+    san_*)       # compute-sanitizer on one tiny diag case: san_<memcheck|racecheck|synccheck>_<case substring>
       tool=$(echo "$step" | cut -d_ -f2); case_=$(echo "$step" | cut -d_ -f3-)
       extra=""; [ "$tool" = racecheck ] && extra="--racecheck-report all"
       # compile outside the sanitizer first: an in-process compile probes driver entry points

@@ -163,52 +163,43 @@ def test_fp8_mma_promotes_pv_where_the_registers_allow():
     assert "qkpromote" in cfg.with_(qk_promote=True).key()
 
 
-def test_fp8_mma_pingpong_for_multi_tile_sequences():
-    """fp8_mma picks the duplicated QK with pingpong for sequences of several M tiles (prefill,
-    chunked prefill) and split-d for one-tile decode, for unknown query counts, long contexts
-    (the promoted P.V is split-d only) and page size 32; refused where it cannot apply."""
+def test_fp8_mma_alternates_on_the_prepass_for_multi_tile_sequences():
+    """fp8_mma runs sequences of several M tiles (prefill, chunked prefill) with V^T from the
+    prepass (`cute_kernels.v_prepass`) and the warpgroups taking the key blocks in turn, split or
+    not, any mask; one-tile decode, unknown query counts, long contexts (the promoted P.V is
+    split-d only) and page size 32 stay split-d. Both layouts are refused where they cannot apply."""
     from cute_kernels.config import PV_PROMOTE_MIN_KEYS
 
     kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True, mask="causal")
     prefill = default_config(max_seqlen_q=9, max_seqlen_k=4096, **kw)  # 9 queries x G=8 > 64 rows
-    assert prefill.pingpong and prefill.qk_mode == "duplicate" and prefill.can_implement()[0]
-    assert (prefill.producer_regs, prefill.consumer_regs) == (24, 240) and prefill.key().endswith("-pp")
-    assert prefill.with_split(True).pingpong and prefill.with_split(True).can_implement()[0]
-    assert default_config(max_seqlen_q=9, max_seqlen_k=4096, **{**kw, "mask": "local"}).pingpong
-    for q, k, page in ((8, 4096, 64), (0, 4096, 64), (4096, PV_PROMOTE_MIN_KEYS, 64), (4096, 4096, 32)):
+    assert prefill.qk_mode == "alternate" and prefill.vt_prepass and not prefill.pingpong
+    assert (prefill.producer_regs, prefill.consumer_regs) == (24, 240) and prefill.key().endswith("-alternate-r24-240-vtp")
+    for cfg in (prefill, prefill.with_split(True), default_config(max_seqlen_q=9, max_seqlen_k=4096, **{**kw, "mask": "local"}),
+                default_config(max_seqlen_q=8192, max_seqlen_k=8192, **{**kw, "paged": False, "page_size": 0})):
+        assert cfg.qk_mode == "alternate" and cfg.vt_prepass and cfg.can_implement()[0], cfg.key()
+    for q, k, page in ((1, 4096, 64), (8, 4096, 64), (0, 4096, 64), (4096, PV_PROMOTE_MIN_KEYS, 64), (4096, 4096, 32)):
         cfg = default_config(max_seqlen_q=q, max_seqlen_k=k, **{**kw, "page_size": page})
-        assert not cfg.pingpong and cfg.qk_mode == "split_d" and cfg.can_implement()[0], (q, k, page)
+        assert cfg.qk_mode == "split_d" and not cfg.vt_prepass and cfg.can_implement()[0], (q, k, page)
+    assert not default_config(max_seqlen_q=4096, max_seqlen_k=4096, **{**kw, "fp8_mma": False}).vt_prepass
+    pingpong = prefill.with_(qk_mode="duplicate", pingpong=True)  # the A/B layouts, with and without the prepass
+    assert pingpong.can_implement()[0] and pingpong.with_(vt_prepass=False).can_implement()[0]
     for bad, word in (
-        (prefill.with_(qk_mode="split_d"), "duplicate"),
-        (Sm90FwdConfig(qk_mode="duplicate", pingpong=True), "fp8_mma"),
+        (prefill.with_(vt_prepass=False), "alternate"),
+        (prefill.with_(tile_n=32, kv_stages=4), "vt_prepass"),
+        (prefill.with_(kv_stages=3), "two K/V stages"),
+        (prefill.with_(pingpong=True), "alternate"),
+        (prefill.with_(qk_promote=True), "split_d"),
         (prefill.with_(stage="qk"), "diagnostic"),
-        (prefill.with_(pingpong=False, pv_promote=True), "split_d"),
+        (pingpong.with_(qk_mode="split_d"), "duplicate"),
+        (Sm90FwdConfig(qk_mode="duplicate", pingpong=True), "fp8_mma"),
+        (pingpong.with_(stage="qk"), "diagnostic"),
+        (pingpong.with_(pingpong=False, pv_promote=True), "split_d"),
+        (prefill.with_(qk_mode="split_d"), "vt_prepass"),
+        (Sm90FwdConfig(vt_prepass=True), "vt_prepass"),
         (default_config(max_seqlen_q=1, **{**kw, "fp8_mma": False}).with_(qk_mode="duplicate"), "fp8_dequant"),
     ):
         ok, why = bad.can_implement()
-        assert not ok and word in why, why
-
-
-def test_fp8_mma_prefill_transposes_v_once_from_16_m_tiles():
-    """From VT_PREPASS_MIN_M_TILES M tiles per sequence, fp8_mma's pingpong takes V^T from the
-    prepass (`cute_kernels.v_prepass`); shorter multi-tile calls and decode transpose in-kernel;
-    the flag is refused off the pingpong layout."""
-    from cute_kernels.config import VT_PREPASS_MIN_M_TILES
-
-    kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True, mask="causal")
-    queries = VT_PREPASS_MIN_M_TILES * 64 // 8  # x G = 8 rows per query
-    long = default_config(max_seqlen_q=queries, max_seqlen_k=4096, **kw)
-    assert long.pingpong and long.vt_prepass and long.key().endswith("-pp-vtp") and long.can_implement()[0]
-    assert long.with_split(True).vt_prepass and long.with_split(True).can_implement()[0]
-    assert default_config(max_seqlen_q=8192, max_seqlen_k=8192, **{**kw, "paged": False, "page_size": 0}).vt_prepass
-    short = default_config(max_seqlen_q=(VT_PREPASS_MIN_M_TILES - 1) * 64 // 8, max_seqlen_k=4096, **kw)
-    assert short.pingpong and not short.vt_prepass
-    assert not default_config(max_seqlen_q=1, max_seqlen_k=4096, **kw).vt_prepass
-    assert not default_config(max_seqlen_q=queries, max_seqlen_k=4096, **{**kw, "fp8_mma": False}).vt_prepass
-    for bad in (long.with_(pingpong=False, qk_mode="split_d"), long.with_(tile_n=32, kv_stages=4),
-                Sm90FwdConfig(vt_prepass=True)):
-        ok, why = bad.can_implement()
-        assert not ok and "vt_prepass" in why, why
+        assert not ok and word in why, (bad.key(), why)
 
 
 def test_dequant_control_converts_in_the_producer_warpgroup():
@@ -349,6 +340,10 @@ COMPILE_CASES = [
     # the same, P.V reading V^T that the prepass wrote and TMA loaded (no in-kernel transpose)
     (FP8_MMA.with_(qk_mode="duplicate", pingpong=True, producer_regs=24, consumer_regs=240, vt_prepass=True),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
+    # the warpgroups taking the key blocks in turn (fp8_mma's multi-tile variant): QK^T over all of
+    # d by the block's warpgroup, P.V with P from registers (its own block) or from smem (the other's)
+    (FP8_MMA.with_(qk_mode="alternate", producer_regs=24, consumer_regs=240, vt_prepass=True),
+     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS", "QGMMA.64x256x32.F32.E4M3.E4M3/SS"}),
     # the dequant control with the first 4 k-steps of Q in registers (RS QK, its default)
     (
         Sm90FwdConfig(mma_path="fp8_dequant", q_dtype="bf16", tile_n=32, kv_stages=3, mask="causal",
@@ -356,6 +351,11 @@ COMPILE_CASES = [
         {"HGMMA.64x32x16.F32/SS", "HGMMA.64x32x16.F32/RS", "HGMMA.64x256x16.F32/RS"},
     ),
 ]
+
+
+def quarters_of(cfg) -> int:
+    """16-key quarters of S computed one at a time (qk_promote), else 1."""
+    return cfg.tile_n // 16 if cfg.qk_promote else 1
 
 
 @needs_dsl
@@ -375,17 +375,25 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
     # split_d: QK is K=256 per warpgroup -> 256/16 (16-bit) or 256/32 (e4m3) instructions per
     # copy, 2 copies (first block + loop)
     # (x 4 quarters with qk_promote; q_reg_steps of the 16 from registers, RS)
-    qk_shapes = [s for s in shapes if s.endswith("/SS")]
+    qk_shapes = [s for s in shapes if s.endswith("/SS") and f"x{cfg.tile_n // quarters_of(cfg)}x" in s]
     if cfg.q_reg_steps:
         qk_rs = f"HGMMA.64x{cfg.tile_n}x16.F32/RS"
         assert rep.hgmma[qk_rs] == 2 * cfg.q_reg_steps
         qk_shapes.append(qk_rs)
-    quarters = cfg.tile_n // 16 if cfg.qk_promote else 1
+    quarters = quarters_of(cfg)
     qk_k = 256 if cfg.qk_mode == "split_d" else 512
-    assert sum(rep.hgmma[s] for s in qk_shapes) == 2 * qk_k // (32 if fp8 else 16) * quarters
+    # alternate: each warpgroup's code is its own copy (static barrier ids): WG 0's first block and
+    # loop, WG 1's loop; its P.V from smem in both loops and both last blocks
+    copies = 3 if cfg.qk_mode == "alternate" else 2
+    assert sum(rep.hgmma[s] for s in qk_shapes) == copies * qk_k // (32 if fp8 else 16) * quarters
     if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted)
         slices = 4 if cfg.pv_promote else 1
-        assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == 2 * slices * cfg.tile_n // 32
+        assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == copies * slices * cfg.tile_n // 32
+        if cfg.qk_mode == "alternate":
+            assert rep.hgmma["QGMMA.64x256x32.F32.E4M3.E4M3/SS"] == 4 * cfg.tile_n // 32
+            assert "fence.proxy.async.shared::cta" in res.ptx
+            for bar in range(9, 13):  # P_FULL[w] and P_FREE[w] are arrived on, with immediate ids
+                assert f"bar.arrive {bar}, 256;" in res.ptx
     assert rep.setmaxnreg == [f"DEALLOC.CTAPOOL:{cfg.producer_regs}", f"TRY_ALLOC.CTAPOOL:{cfg.consumer_regs}"]
     assert rep.spill_instructions == 0 and rep.local == 0
     assert rep.smem == cfg.smem_bytes() <= SMEM_LIMIT

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cute_kernels.fp8_operands import (
-    P_KEY_ORDER, P_REGISTER_PERM, key_of_k, key_of_word_byte, v_chunk_index, vt_word_index,
+    P_KEY_ORDER, P_REGISTER_PERM, key_of_k, key_of_word_byte, p_word_index, v_chunk_index, vt_word_index,
 )
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
@@ -116,6 +116,39 @@ def test_register_permutation_matches_the_wgmma_fragments():
             c_row, c_col = c[P_REGISTER_PERM[j]] % 64, c[P_REGISTER_PERM[j]] // 64
             assert a_row == c_row
             assert key_of_k(a_k) == c_col
+
+
+@needs_dsl
+def test_p_tile_addressing_matches_the_wgmma_fragments():
+    # qk_mode="alternate": word w of thread t's e4m3 P fragment (the A operand of the RS P.V) is
+    # stored at word p_word_index(t, w) of the P tile, which the other warpgroup's SS P.V reads
+    # through its CuTe layout. Every byte must land where that layout puts A[row, k], and each
+    # warp's 32 stores of one word must hit 32 different banks.
+    import cutlass.utils.hopper_helpers as sm90_utils
+    from cutlass import Float8E4M3FN, Float32
+    from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
+    import cutlass.cute as cute
+
+    def check():
+        mma = sm90_utils.make_trivial_tiled_mma(
+            Float8E4M3FN, Float8E4M3FN, OperandMajorMode.K, OperandMajorMode.K, Float32,
+            atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 256), a_source=warpgroup.OperandSource.RMEM,
+        )
+        atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW64, Float8E4M3FN)
+        tile = cute.tile_to_shape(atom, (64, 64), order=(0, 1))
+        bad = []
+        for t in range(128):
+            for v in range(32):  # two k32 blocks of 16 bytes
+                off = mma.tv_layout_A((t, v % 16))  # (row, k) in the (64, 32) block, col-major
+                row, k = off % 64, off // 64 + 32 * (v // 16)
+                if tile((row, k)) != 4 * p_word_index(t, v // 4) + v % 4:
+                    bad.append((t, v))
+        return bad
+
+    assert _jit_eval(check) == []
+    for warp in range(4):
+        for w in range(8):
+            assert len({p_word_index(32 * warp + lane, w) % 32 for lane in range(32)}) == 32
 
 
 @needs_dsl

@@ -190,7 +190,7 @@ def _gpu_case(kind: str):
 def _gpu_prefill_case():
     g = torch.Generator(device="cuda").manual_seed(5)
     hq, hkv, d, ps = 32, 4, 512, 64
-    q_lens, k_lens = (150, 40), (700, 300)
+    q_lens, k_lens = (150, 40), (700, 256)  # 11 and 4 key blocks
     pages_per_seq = -(-max(k_lens) // ps)
     pages = len(k_lens) * pages_per_seq
     q = torch.randn(sum(q_lens), hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -319,10 +319,31 @@ def test_gpu_vt_prepass_is_bit_identical_to_the_in_kernel_transpose(mod):
     assert op.last_launch["kernel"] == "fp8_mma" and op.last_launch["config"].vt_prepass
     out = torch.empty_like(q)
     launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
-    lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=launcher.config.with_(vt_prepass=False))
+    in_kernel = launcher.config.with_(vt_prepass=False, qk_mode="duplicate", pingpong=True)  # the pingpong layout's
+    lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=in_kernel)
     torch.cuda.synchronize()
     assert torch.isfinite(out_vt).all()
     assert torch.equal(out, out_vt) and torch.equal(lse, lse_vt)
+
+
+@pytest.mark.gpu
+def test_gpu_alternating_warpgroups_are_bit_identical_to_the_duplicated_qk(mod):
+    # qk_mode "alternate" computes each key block's S once, in one warpgroup, and hands P and the
+    # softmax state to the other through smem; the arithmetic and its order are those of the
+    # duplicated QK with pingpong, so the output is the same bit for bit (an odd and an even number
+    # of key blocks: the last block is either warpgroup's).
+    from fa512.backends import BACKENDS
+
+    q, k, v, kw = _gpu_case("fp8_mma_prefill")
+    out_alt, lse_alt = fa512.attention(q, k, v, **kw)
+    config = op.last_launch["config"]
+    assert op.last_launch["kernel"] == "fp8_mma" and config.qk_mode == "alternate" and config.vt_prepass
+    out = torch.empty_like(q)
+    launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
+    lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=config.with_(qk_mode="duplicate", pingpong=True))
+    torch.cuda.synchronize()
+    assert torch.isfinite(out_alt).all()
+    assert torch.equal(out, out_alt) and torch.equal(lse, lse_alt)
 
 
 @pytest.mark.gpu

@@ -112,23 +112,22 @@ def test_dequant_control_converts_in_the_producer_and_holds_q_in_registers(seqle
     assert p.config.cvt_warps and p.config.q_reg_steps == 8 and p.config.key().endswith("-qr8-cvtw")
 
 
-@pytest.mark.parametrize("seqlen_q, pingpong, vt_prepass", [(1, False, False), (8, False, False), (9, True, False),
-                                                             (127, True, True), (512, True, True)])
-def test_fp8_mma_pingpong_for_multi_tile_sequences(seqlen_q, pingpong, vt_prepass):
-    """fp8_mma: the duplicated QK with pingpong once a sequence's G x queries rows span several
-    64-row tiles (prefill, chunked prefill), with V^T from the prepass from 16 tiles on; split-d
-    for one-tile (decode) calls."""
+@pytest.mark.parametrize("seqlen_q, alternate", [(1, False), (8, False), (9, True), (127, True), (512, True)])
+def test_fp8_mma_alternates_for_multi_tile_sequences(seqlen_q, alternate):
+    """fp8_mma: once a sequence's G x queries rows span several 64-row tiles (prefill, chunked
+    prefill), V^T comes from the prepass and the warpgroups take the key blocks in turn; one-tile
+    (decode) calls run split-d, tiles of at most 8 rows with the k-steps in the spare M rows."""
     q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
                                seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", num_splits=1)
-    assert p.kernel == "fp8_mma" and p.config.pingpong is pingpong and p.config.vt_prepass is vt_prepass
-    assert p.config.qk_mode == ("duplicate" if pingpong else "split_d")
+    assert p.kernel == "fp8_mma" and p.config.vt_prepass is alternate and not p.config.pingpong
+    assert p.config.qk_mode == ("alternate" if alternate else "split_d")
     decode_tile = seqlen_q * 8 <= 8  # one query x G=8 heads: k-steps in the spare M rows
     assert p.config.qk_rows is decode_tile
-    assert p.config.key().endswith("-pp-vtp" if vt_prepass else "-pp" if pingpong else
+    assert p.config.key().endswith("-alternate-r24-240-vtp" if alternate else
                                    "-split_d-r40-232-qkrows" if decode_tile else "-split_d-r40-232")
     # the prepass's V^T scratch (B=2, Hkv=4, 512, 600 keys -> 640) is the plan's workspace
-    assert p.workspace_bytes == (2 * 4 * 512 * 640 if vt_prepass else 0)
+    assert p.workspace_bytes == (2 * 4 * 512 * 640 if alternate else 0)
 
 
 def test_fp8_mma_guards_long_sequences_only():
