@@ -89,17 +89,12 @@ Q_REGS_OFF = dict(q_reg_steps=0)
 # the dequant control's conversion in the producer warpgroup's warps 1-3 (Sm90FwdConfig.cvt_warps)
 CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=216)
 # fp8_mma with the duplicated QK (no S exchange between the warpgroups) and the warpgroups
-# taking turns at the tensor cores (the dispatch's choice for multi-tile sequences), and the
-# split-d layout (its choice for one-tile decode): each forced for the A/B
+# taking turns at the tensor cores (the multi-tile layout before qk_mode="alternate"), and the
+# split-d layout (the dispatch's choice for one-tile decode): each forced for the A/B
 PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240,
                 qk_rows=False)
-# the pingpong layout with the in-kernel V transpose (the dispatch's choice below
-# VT_PREPASS_MIN_M_TILES tiles), forced on long prefill (where the dispatch alternates with the prepass)
+# the pingpong layout with the in-kernel V transpose (the multi-tile dispatch before the V^T prepass)
 IN_KERNEL_VT = dict(PINGPONG, vt_prepass=False)
-# the warpgroups alternating on the prepass's V^T (the dispatch's choice from VT_PREPASS_MIN_M_TILES
-# tiles), forced on shorter multi-tile sequences: where the prepass starts to pay
-ALTERNATE = dict(qk_mode="alternate", pingpong=False, vt_prepass=True, pv_promote=False, qk_rows=False,
-                 producer_regs=24, consumer_regs=240)
 # decode tiles without the k-steps in their spare M rows (the dispatch's split-d decode before
 # Sm90FwdConfig.qk_rows): the A/B of its cost and accuracy
 NO_QK_ROWS = dict(qk_rows=False)
@@ -207,13 +202,13 @@ def fp8_perf_cases() -> list[dict]:
         _prefill8k("ab_prefill8192_causal_fp8_dequant_qregs0", config=no_qregs),
         _decode("ab_decode_b64_k8192_fp8_dequant_qregs0", 64, 8192, config=no_qregs),
         _prefill8k("ab_prefill8192_causal_fp8_mma_splitd", **mma, config=SPLIT_D),
-        # timing bound only (wrong output): the dispatched pingpong without its V transpose
+        # timing bound only (wrong output): pingpong without its in-kernel V transpose
         _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(IN_KERNEL_VT, stage="no_vt")),
-        # the in-kernel V transpose, against the dispatched V^T prepass
+        # pingpong with the in-kernel V transpose, against the dispatched alternation on the prepass
         _prefill8k("ab_prefill8192_causal_fp8_mma_invt", **mma, config=IN_KERNEL_VT),
         # the duplicated QK with pingpong on the prepass's V^T, against the dispatched alternation
         _prefill8k("ab_prefill8192_causal_fp8_mma_pingpong", **mma, config=PINGPONG),
-        # near the prepass threshold (16 M tiles per sequence) and a shorter prefill, both ways
+        # chunks of 16 M tiles per sequence (fewer below) and a shorter prefill, each layout
         dict(name="ab_chunk128x4_k8192_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
              causal=True, page_size=64, descale=True, **mma),
         dict(name="ab_chunk128x4_k8192_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
@@ -222,7 +217,7 @@ def fp8_perf_cases() -> list[dict]:
              k_lens=[8192] * 4, causal=True, page_size=64, descale=True, **mma, config=PINGPONG),
         *[dict(name=f"ab_chunk{q}x4_k8192_fp8_mma_{tag}", kind="perf", kv="fp8", q_lens=[q] * 4, k_lens=[8192] * 4,
                causal=True, page_size=64, descale=True, **mma, config=cfg)
-          for q in (16, 32, 64) for tag, cfg in (("dispatch", None), ("alternate", ALTERNATE))],
+          for q in (16, 32, 64) for tag, cfg in (("vtp", None), ("invt", IN_KERNEL_VT))],
         dict(name="ab_prefill2048_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
              page_size=64, descale=True, **mma),
         dict(name="ab_prefill2048_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
@@ -303,11 +298,11 @@ def diag_cases() -> list[dict]:
         dict(name="diag_fp8_dequant", kind="diag", stage="full", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200],
              page_size=64, descale=True),
     ]
-    # fp8_mma: 64 queries x G=8 span 8 M tiles, so the dispatch picks pingpong; its turns pair
-    # the QK and PV issues, so the diagnostic cuts run the split-d layout
+    # fp8_mma: 64 queries x G=8 span 8 M tiles (the dispatch alternates the warpgroups, which has
+    # no cuts), so the diagnostic cuts run the split-d layout; pingpong with the in-kernel V^T forced
     fp8 = dict(kind="diag", kernel="fp8_mma", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200], page_size=64)
     c += [dict(name=f"diag_fp8_mma_{st}", stage=st, config=SPLIT_D, **fp8) for st in ("setup", "load", "qk", "full")]
-    c += [dict(name="diag_fp8_mma_pingpong", stage="full", **fp8)]
+    c += [dict(name="diag_fp8_mma_pingpong", stage="full", config=IN_KERNEL_VT, **fp8)]
     # 128 queries x G=8 = 16 M tiles: V^T from the prepass (two kernels), the warpgroups alternating, causal
     c += [dict(name="diag_fp8_mma_vtp", stage="full", causal=True, **{**fp8, "q_lens": [128]})]
     # decode tiles (one query x G=8): the k-steps in the spare M rows (Sm90FwdConfig.qk_rows), 5 blocks
