@@ -857,9 +857,7 @@ class FlashFwdSm90:
                 if const_expr(self.cvt_warps):
                     self.path.finish_k(hk)
                 if const_expr(do_qk):
-                    if warp_live:
-                        mask.apply(acc_S, tScS, n)
-                        softmax.step(acc_S, row_scale, is_first=True)
+                    _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, True)
                     self._p_to_a(acc_S, tOrP)
                 if const_expr(self.k_early):
                     if n_blocks > 1:
@@ -921,10 +919,7 @@ class FlashFwdSm90:
                     if const_expr(self.cvt_warps):
                         self.path.finish_k(hk)
                     if const_expr(do_qk):
-                        if warp_live:
-                            if mask.needs_mask(n):
-                                mask.apply(acc_S, tScS, n)
-                            softmax.step(acc_S, row_scale, is_first=False)
+                        _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, False)
                     if const_expr(self.k_early):
                         if i < n_blocks - 2:  # K(n-1) while PV(n+1) runs
                             hk = k_cons.wait_and_advance()
@@ -1230,14 +1225,9 @@ class FlashFwdSm90:
     @cute.jit
     def _own_softmax(self, acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n, softmax, row_scale, tOrP, warp_live,
                      is_first: cutlass.Constexpr[bool]):
-        """S = the two d halves' sum; mask (boundary blocks; always the first); softmax step; P -> A."""
+        """S = the two d halves' sum; `_mask_and_step`; P -> A."""
         _sum_d_halves(acc_S, acc_T, q_scale_lo, q_scale_hi)
-        if warp_live:
-            if const_expr(is_first):
-                mask.apply(acc_S, tScS, n)
-            elif mask.needs_mask(n):
-                mask.apply(acc_S, tScS, n)
-            softmax.step(acc_S, row_scale, is_first=is_first)
+        _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, is_first)
         self._p_to_a(acc_S, tOrP)
 
     @cute.jit
@@ -1414,6 +1404,18 @@ class FlashFwdSm90:
                     row = s_c[r, 0][0]
                     if (m_block * self.tile_m + row) // self.group < seqlen_q:
                         gL[row] = lse[r]
+
+
+@cute.jit
+def _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, is_first: cutlass.Constexpr[bool]):
+    """Mask block n (always the first; later ones only at a boundary) and run the softmax step,
+    in warps whose rows hold a query (a dead warp's rows are never stored)."""
+    if warp_live:
+        if const_expr(is_first):
+            mask.apply(acc_S, tScS, n)
+        elif mask.needs_mask(n):
+            mask.apply(acc_S, tScS, n)
+        softmax.step(acc_S, row_scale, is_first=is_first)
 
 
 @cute.jit

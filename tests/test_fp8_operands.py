@@ -89,20 +89,25 @@ def _jit_eval(fn):
     return box["out"]
 
 
+def _pv_mma():
+    """The fp8_mma P.V MMA with P in registers (e4m3 m64n256k32, RS), as the kernel builds it."""
+    import cutlass.utils.hopper_helpers as sm90_utils
+    from cutlass import Float8E4M3FN, Float32
+    from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
+
+    return sm90_utils.make_trivial_tiled_mma(
+        Float8E4M3FN, Float8E4M3FN, OperandMajorMode.K, OperandMajorMode.K, Float32,
+        atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 256), a_source=warpgroup.OperandSource.RMEM,
+    )
+
+
 @needs_dsl
 def test_register_permutation_matches_the_wgmma_fragments():
     # Thread 0's accumulator value i sits at (row, col) of the m64nN C tile, its A value j at
     # (row, k) of the m64k32 e4m3 A tile (read off CuTe's TV layouts). Moving C value
     # P_REGISTER_PERM[j] into A value j must keep the row and put key key_of_k(k) at k.
-    import cutlass.utils.hopper_helpers as sm90_utils
-    from cutlass import Float8E4M3FN, Float32
-    from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
-
     def layouts():
-        mma = sm90_utils.make_trivial_tiled_mma(
-            Float8E4M3FN, Float8E4M3FN, OperandMajorMode.K, OperandMajorMode.K, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 256), a_source=warpgroup.OperandSource.RMEM,
-        )
+        mma = _pv_mma()
         out = []
         for lane in (0, 1, 2, 3, 4, 37, 101):
             a = [mma.tv_layout_A((lane, v)) for v in range(16)]  # offset in (M=64, K=32), col-major
@@ -124,16 +129,12 @@ def test_p_tile_addressing_matches_the_wgmma_fragments():
     # stored at word p_word_index(t, w) of the P tile, which the other warpgroup's SS P.V reads
     # through its CuTe layout. Every byte must land where that layout puts A[row, k], and each
     # warp's 32 stores of one word must hit 32 different banks.
-    import cutlass.utils.hopper_helpers as sm90_utils
-    from cutlass import Float8E4M3FN, Float32
-    from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
+    from cutlass import Float8E4M3FN
+    from cutlass.cute.nvgpu import warpgroup
     import cutlass.cute as cute
 
     def check():
-        mma = sm90_utils.make_trivial_tiled_mma(
-            Float8E4M3FN, Float8E4M3FN, OperandMajorMode.K, OperandMajorMode.K, Float32,
-            atom_layout_mnk=(1, 1, 1), tiler_mn=(64, 256), a_source=warpgroup.OperandSource.RMEM,
-        )
+        mma = _pv_mma()
         atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW64, Float8E4M3FN)
         tile = cute.tile_to_shape(atom, (64, 64), order=(0, 1))
         bad = []
