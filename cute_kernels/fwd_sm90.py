@@ -756,7 +756,7 @@ class FlashFwdSm90:
             qk_descale = qk_descale * mKDescale[batch, kv_head]
         if const_expr(mVDescale is not None):
             v_descale = mVDescale[batch, kv_head]
-        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2, self.cfg.p_offset)
+        softmax = OnlineSoftmax(scale_log2 * qk_descale, 2, self.cfg.p_offset, sum_e4m3=self.fp8_mma)
         softmax.reset()
         row_scale = cute.make_rmem_tensor(2, Float32)
         row_scale.fill(1.0)
@@ -858,7 +858,7 @@ class FlashFwdSm90:
                     self.path.finish_k(hk)
                 if const_expr(do_qk):
                     _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, True)
-                    self._p_to_a(acc_S, tOrP)
+                    self._p_to_a(acc_S, tOrP, softmax, warp_live)
                 if const_expr(self.k_early):
                     if n_blocks > 1:
                         hk = k_cons.wait_and_advance()
@@ -925,7 +925,7 @@ class FlashFwdSm90:
                             hk = k_cons.wait_and_advance()
                             self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
                     if const_expr(do_pv and self.promote):
-                        self._p_to_a(acc_S, promo.p_next)  # P(n) now: S dies before the other slices
+                        self._p_to_a(acc_S, promo.p_next, softmax, warp_live)  # P(n) now: S dies before the other slices
                         self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
                     elif const_expr(do_pv):
                         warpgroup.wait_group(0)
@@ -935,7 +935,7 @@ class FlashFwdSm90:
                         if const_expr(do_pv and self.promote):
                             tOrP.store(promo.p_next.load())
                         else:
-                            self._p_to_a(acc_S, tOrP)
+                            self._p_to_a(acc_S, tOrP, softmax, warp_live)
                 # ---- last PV ----
                 if const_expr(do_qk):
                     if const_expr(self.promote):
@@ -1031,10 +1031,14 @@ class FlashFwdSm90:
         return base + wg * self._q_half_bytes() + byte_offset
 
     @cute.jit
-    def _p_to_a(self, acc_S, tOrP):
-        """P (fp32 accumulator) -> the A operand of PV: 16-bit A view, or e4m3 with keys permuted."""
+    def _p_to_a(self, acc_S, tOrP, softmax, warp_live):
+        """P (fp32 accumulator) -> the A operand of PV: 16-bit A view, or e4m3 with keys permuted
+        (fp8_mma, whose row sums then add the e4m3 P: `OnlineSoftmax.sum_e4m3`)."""
         if const_expr(self.fp8_mma):
             p_to_fp8_a(acc_S, tOrP)
+            if const_expr(softmax.sum_e4m3):
+                if warp_live:
+                    softmax.add_e4m3_sums(tOrP)
         else:
             tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
 
@@ -1228,7 +1232,7 @@ class FlashFwdSm90:
         """S = the two d halves' sum; `_mask_and_step`; P -> A."""
         _sum_d_halves(acc_S, acc_T, q_scale_lo, q_scale_hi)
         _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, is_first)
-        self._p_to_a(acc_S, tOrP)
+        self._p_to_a(acc_S, tOrP, softmax, warp_live)
 
     @cute.jit
     def _publish(self, tOrP, softmax, row_scale, p_words, mine, tidx_wg, wg, wait_free):

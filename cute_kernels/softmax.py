@@ -17,7 +17,7 @@ import math
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, const_expr
+from cutlass import Float16, Float32, const_expr
 
 from .dsl_utils import Carried
 from .fragments import acc_mn_view
@@ -39,12 +39,18 @@ class OnlineSoftmax(Carried):
         Compile-time log2 offset of P: P = exp2(s * scale - max + p_offset), so P is in
         [0, 2^p_offset]. The FP8 kernel uses 8 so that small probabilities survive the e4m3
         conversion (min subnormal 2^-9); the offset cancels in O / row_sum and leaves the lse.
+    sum_e4m3 : bool
+        Compile-time (fp8_mma): the row sums add P as rounded to e4m3, the values the FP8 P.V
+        multiplies, so the weights O is divided by sum to 1 and P's rounding errors stay out
+        of the normalisation. `step` then only rescales the sums; `add_e4m3_sums` adds the
+        block's P from its e4m3 A fragment once `p_to_fp8_a` has written it.
     """
 
-    def __init__(self, scale_log2: Float32, num_rows: int, p_offset: float = 0.0):
+    def __init__(self, scale_log2: Float32, num_rows: int, p_offset: float = 0.0, sum_e4m3: bool = False):
         self.scale_log2 = scale_log2
         self.num_rows = num_rows
         self.p_offset = float(p_offset)
+        self.sum_e4m3 = bool(sum_e4m3)
         self.row_max = cute.make_rmem_tensor(num_rows, Float32)
         self.row_sum = cute.make_rmem_tensor(num_rows, Float32)
 
@@ -80,17 +86,36 @@ class OnlineSoftmax(Carried):
             for c in cutlass.range_constexpr(n_cols):
                 p = cute.math.exp2(s_mn[r, c] * self.scale_log2 - offset, fastmath=True)
                 s_mn[r, c] = p
-                row_total += p
+                if const_expr(not self.sum_e4m3):
+                    row_total += p
             if const_expr(is_first):
                 row_scale[r] = Float32(0.0)
-                self.row_sum[r] = row_total
+                self.row_sum[r] = row_total  # 0 with sum_e4m3: add_e4m3_sums adds the block
             else:
                 corr = cute.math.exp2(m_old * self.scale_log2 - base, fastmath=True)
                 if m_new == m_old:
                     corr = Float32(1.0)  # exactly: lets `rescale` skip the O multiplies
                 row_scale[r] = corr
-                self.row_sum[r] = self.row_sum[r] * corr + row_total
+                if const_expr(self.sum_e4m3):
+                    self.row_sum[r] = self.row_sum[r] * corr
+                else:
+                    self.row_sum[r] = self.row_sum[r] * corr + row_total
             self.row_max[r] = m_new
+
+    @cute.jit
+    def add_e4m3_sums(self, tOrP: cute.Tensor):
+        """row_sum[r] += this block's e4m3 P of row r (``sum_e4m3``), read from the A fragment of
+        `p_to_fp8_a`: byte i holds row (i >> 2) & 1, and a row's bytes come in column pairs
+        (2i, 2i + 1) in column order. A pair is added first: two e4m3 values of P in [0, 2^8]
+        sum exactly in fp32, so only the row's running sum rounds."""
+        p16 = tOrP.load().to(Float16)  # e4m3 -> f16 is exact
+        pairs = cute.size(tOrP) // 4  # per row
+        for r in cutlass.range_constexpr(self.num_rows):
+            total = Float32(0.0)
+            for j in cutlass.range_constexpr(pairs):
+                i = 4 * r + 2 * (j % 2) + 8 * (j // 2)
+                total += Float32(p16[i]) + Float32(p16[i + 1])
+            self.row_sum[r] = self.row_sum[r] + total
 
     @cute.jit
     def rescale(self, acc_O: cute.Tensor, row_scale: cute.Tensor):

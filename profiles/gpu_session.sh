@@ -19,7 +19,7 @@ smoke="python3 profiles/gpu_mma16_smoke.py --timeout 240 --kernel-timeout 30"
 for step in "$@"; do
   case $step in
     dump)        mkdir -p "$OUT/dump"; run dump 200 python3 profiles/fp8_dump.py "$OUT/dump" ;;
-    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_call_cache.py tests/test_host_overhead.py tests/test_native.py -rs ;;
+    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_call_cache.py tests/test_host_overhead.py tests/test_native.py tests/test_emulation.py -rs ;;
     native_tests) run native_tests 300 python3 -m pytest -q tests/test_native.py -rs ;;
     probes)      run probes 300 python3 -m pytest -q -m gpu tests/test_fp8_operands.py -rs ;;
     diag_fp8)    run diag_fp8 400 $smoke --diag --case fp8_mma --out "$OUT/diag_fp8" ;;
@@ -45,6 +45,7 @@ for step in "$@"; do
     ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;
     nsys)        run nsys 200 python3 profiles/nsys_run.py --case decode --kernel auto --kv fp8 --out "$OUT/nsys" ;;
     ab_retrieval) run ab_retrieval 300 python3 -m fa512 ab --sweeps scale --families retrieval --no-plots --out "$OUT/ab_retrieval" ;;
+    ab_sink)     run ab_sink 300 python3 -m fa512 ab --sweeps scale --families sink --no-plots --out "$OUT/ab_sink" ;;
     ab_scale)    run ab_scale 420 python3 -m fa512 ab --sweeps scale --families gaussian,sink,retrieval --no-plots --out "$OUT/ab_scale" ;;
     mma16_full)  run mma16_full 580 $smoke --no-perf --out "$OUT/mma16_full" ;;
     qkpromote)   run qkpromote 300 $smoke --fp8 --no-perf --case qkpromote_ --out "$OUT/qkpromote" ;;

@@ -404,6 +404,8 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
         assert "cvt.rn.f16x2.e4m3x2" in res.ptx
     if fp8:  # Q and P quantised in-kernel with saturating round-to-nearest
         assert "cvt.rn.satfinite.e4m3x2.f32" in res.ptx
+        # the row sums add P read back from its e4m3 fragment (OnlineSoftmax.sum_e4m3)
+        assert "cvt.rn.f16x2.e4m3x2" in res.ptx
         # V^T: transposed in-kernel (prmt byte shuffles), or TMA-loaded from the prepass's scratch
         assert ("prmt.b32" in res.ptx) != cfg.vt_prepass
     # pingpong: WG 1's opening arrive on WG 0's turn barrier (id 7), WG 0's closing arrive on

@@ -17,7 +17,8 @@ Designs (`make_design`):
     smallest 2^k with amax <= 448 * 2^k, `cute_kernels.fp8_operands`): each consumer warpgroup
     quantises and multiplies its own half, and the two scaled fp32 partial logits are summed;
     QK e4m3 x e4m3 -> fp32; P = exp2(s * scale_log2 - m + 8), so
-    P is in [0, 256], converted to e4m3 (row_sum from fp32 P; 8 ln2 leaves the lse); PV
+    P is in [0, 256], converted to e4m3 (row_sum adds the e4m3 P, so the weights that
+    multiply V sum to exactly 1 after the division; 8 ln2 leaves the lse); PV
     e4m3 x e4m3 accumulated per key block and promoted into fp32 O, which is rescaled by
     exp2(m_old - m_new) in fp32. ``two_term_q`` adds the accuracy mode Q ~ Q_hi + Q_lo
     (both e4m3, same scale, two products into the same S).
@@ -107,6 +108,8 @@ class Design:
         its own power-of-two scale, `Sm90FwdConfig.qk_rows`), and the 16 scaled products are
         added in fp32: per warpgroup half h and warp w, chunks 8h+2w and 8h+2w+1 first, then
         those eight sums in order (h, w).
+    sum_rounded_p : the row sums add P as rounded for P.V (fa512_fp8: `OnlineSoftmax.sum_e4m3`)
+        instead of the fp32 P, so P's rounding errors leave the normalisation.
     """
 
     name: str
@@ -121,6 +124,7 @@ class Design:
     q_scale_pow2: bool = False
     q_groups: int = 1
     qk_rows: bool = False
+    sum_rounded_p: bool = False
 
     def __post_init__(self):
         if self.q_mode not in _Q_MODES:
@@ -154,6 +158,8 @@ class Design:
             text += "+p2"
         if self.name == "fa512_fp8" and not (self.q_scale_pow2 and self.q_groups == 2):
             text += f"/q{'p2' if self.q_scale_pow2 else 'amax'}x{self.q_groups}"
+        if self.sum_rounded_p != (self.name == "fa512_fp8"):
+            text += "/sum" + ("P8" if self.sum_rounded_p else "P32")
         if self.q_mode == "exact" and self.name != "exact":
             text += "[exactQ]"
         if self.block_n != 64:
@@ -178,7 +184,7 @@ def make_design(
         base = Design("dequant", q_mode="mma16", p_mode="mma16")
     elif name == "fa512_fp8":
         base = Design("fa512_fp8", q_mode="row_e4m3", p_mode="e4m3", p_offset=P_OFFSET_LOG2,
-                      q_scale_pow2=True, q_groups=2)
+                      q_scale_pow2=True, q_groups=2, sum_rounded_p=True)
     elif name == "anchor_fp8":
         base = Design("anchor_fp8", q_mode="tensor_e4m3", p_mode="e4m3", p_offset=0.0)
     else:
@@ -410,8 +416,9 @@ def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo,
     m_end = torch.where(m_final == -math.inf, torch.zeros_like(m_final), m_final)
     # Weight of block j in the final O and row_sum: the later rescales, exp2(m_j - m_final) <= 1.
     w = torch.where(m_run == -math.inf, torch.zeros_like(m_run), torch.exp2(m_safe - m_end))
-    row_sum = (p.sum(dim=-1) * w).sum(dim=-1, keepdim=True)
-    p_op = (_round_p(p, design, mma16_dtype) * w.unsqueeze(-1)).view(hkv, rows, nb * bn)[..., front : front + hi - lo]
+    p_rounded = _round_p(p, design, mma16_dtype)
+    row_sum = ((p_rounded if design.sum_rounded_p else p).sum(dim=-1) * w).sum(dim=-1, keepdim=True)
+    p_op = (p_rounded * w.unsqueeze(-1)).view(hkv, rows, nb * bn)[..., front : front + hi - lo]
     o = torch.matmul(p_op, v_op[:, lo:hi])
     return _finish(o, row_sum, m_final, v_scale, design)
 
@@ -487,8 +494,8 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         offset = m_safe - design.p_offset
         arg = (s.double() * scale_log2.double() - offset.double()).float().masked_fill(~visible, -math.inf)
         p = torch.exp2(arg)
-        row_sum = row_sum * alpha + p.sum(dim=-1, keepdim=True)
         p_op = _round_p(p, design, mma16_dtype)
+        row_sum = row_sum * alpha + (p_op if design.sum_rounded_p else p).sum(dim=-1, keepdim=True)
         if acc_bits is not None and not design.pv_promote:
             o = _mma(p_op, v_op[:, j0c:j1], o * alpha, acc_bits)
         else:

@@ -153,6 +153,13 @@ class Case:
         scale = 1.0 if vd is None else float(vd.reshape(-1)[0] if vd.numel() == 1 else vd[batch, kv_head])
         return row.double() * scale
 
+    def to(self, device: Union[str, torch.device]) -> "Case":
+        """The same problem with every tensor on ``device`` (a seeded case generated on another
+        device draws other numbers: build on the CPU and move it to compare devices)."""
+        move = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        return replace(self, q=move(self.q), k=move(self.k), v=move(self.v),
+                       meta={key: move(val) for key, val in self.meta.items()})
+
     def with_kv_dtype(self, dtype: torch.dtype) -> "Case":
         """The same problem with K/V stored in ``dtype`` (e4m3 values are exact in bf16/fp16).
 
