@@ -26,7 +26,7 @@ Designs (`make_design`):
     Q quantised to e4m3 with one per-tensor scale taken from q_descale: the framework sends
     q_true / q_descale, which in this op's contract (logits = (q.k) * q_descale * ...) is q
     itself, so Q8 = e4m3(q) (saturating at 448); P converted to e4m3 without an offset
-    (P in [0, 1]: anything below 2^-10 flushes to 0).
+    (P in [0, 1]: anything below 2^-10 flushes to 0); row sums of the fp32 P, as in FA3.
 
 Every design folds softmax_scale, q_descale and k_descale (and its own Q row scale) into
 one fp32 exp2 scale per row, and applies v_descale / row_sum once at the end, as the kernels
