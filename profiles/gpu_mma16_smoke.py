@@ -198,6 +198,9 @@ def fp8_perf_cases() -> list[dict]:
         # split counts other than the plan's (8 for 16 m-blocks on 132 SMs)
         *[_decode(f"ab_decode_b4_k32768_fp8_mma_s{n}", 4, 32768, kernel="fp8_mma", splits=n) for n in (4, 12, 16, 24, 32)],
         _decode("ab_decode_b4_k32768_fp8_mma_s16_noqkrows", 4, 32768, kernel="fp8_mma", splits=16, config=NO_QK_ROWS),
+        # timing bound only (wrong output): decode without its in-kernel V transpose
+        _decode("ab_decode_b64_k8192_fp8_mma_novt", 64, 8192, **mma, config=dict(stage="no_vt")),
+        _decode("ab_decode_b4_k32768_fp8_mma_split_novt", 4, 32768, **split, config=dict(stage="no_vt")),
         _decode("ab_decode_b64_k8192_fp8_mma_n32s4", 64, 8192, **mma, config=n32),
         _prefill8k("perf_prefill8192_causal_fp8_dequant"),
         _decode("perf_decode_b64_k8192_fp8_dequant", 64, 8192),
