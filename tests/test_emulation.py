@@ -463,7 +463,7 @@ def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
     costs the most, it lands below the anchor design with exact accumulation, and below the
     default variant's 8-step accumulation (CPU, seeded; 4096 keys: 1.97e-2 / 2.07e-2 / 2.17e-2
     on 2026-11-30)."""
-    from fa512.emulation import GMMA_FP8_BITS, emulate_attention, fp8_mma_design, make_design
+    from fa512.emulation import emulate_attention, fp8_mma_design, make_design
     from fa512.inputs import make_case
     from fa512.reference import attention_ref
     from fa512.tools.ab import error_metrics

@@ -458,4 +458,8 @@ def test_bench_quick_on_gpu(tmp_path):
         assert r["status"] == "ok" or r["status"].startswith(("not available", "skipped")), r
         if r["status"] == "ok":
             assert r["eager_ms"] > 0 and 0 < r["eager_frac_bandwidth"] < 1.5
+            # the fractions are of the ceilings timed right before and after the point
+            assert len(r["copy_gbs_around"]) == 2 and r["copy_gbs"] == sum(r["copy_gbs_around"]) / 2 > 500
+            assert r["ceiling_tflops"] > 50
+            assert abs(r["eager_frac_bandwidth"] * r["copy_gbs"] - r["eager_gbs"]) < 1e-6 * r["eager_gbs"]
     assert os.path.exists(report["plots"][0])

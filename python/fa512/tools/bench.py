@@ -4,7 +4,11 @@ Order of work:
 
 1. Ceilings, on this GPU now: bf16 GEMM 8192^3 (``torch.matmul``), e4m3 GEMM 8192^3
    (``torch._scaled_mm``, fast accumulation; the precise-accumulation rate is reported too) and
-   device-to-device copy bandwidth (bytes read + bytes written).
+   device-to-device copy bandwidth (bytes read + bytes written). Every point also times its
+   GEMM ceiling and the copy right before and right after itself, and its fractions are of the
+   mean of those: the H200 clocks down under sustained load, so a ceiling timed at another
+   moment is another machine. Kernels and ceilings get the same budget (`rep_budget`: 0.1 s
+   of warm-up, then the median of 0.2 s (``--quick``) or 0.4 s of calls).
 2. Each kernel variant that can serve a point (fp8_mma; mma16 on fp8 and on bf16 KV; triton on
    both), on the grid: prefill 2k/8k/32k causal and local (window 1024), chunked prefill, decode
    B in {1, 4, 16, 64, 128} x seqused_k in {2k, 8k, 32k, 128k}; Gemma-4 31B heads by default.
@@ -35,7 +39,6 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import torch
 
@@ -204,15 +207,25 @@ def _median(xs: list) -> float:
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def time_calls(calls, warmup: int, target_ms: float, min_reps: int, max_reps: int) -> dict:
-    """Warm up, size the rep count from a probe, then the median per-call time in ms."""
+def time_calls(calls, warmup: int, target_ms: float, min_reps: int, max_reps: int, warmup_ms: float = 0.0) -> dict:
+    """Warm up (``warmup`` calls, then ``warmup_ms`` of calls), size the rep count from a probe,
+    then the median per-call time in ms."""
     for i in range(max(warmup, len(calls))):
         calls[i % len(calls)]()
     torch.cuda.synchronize()
     probe = _median(_event_times(calls, 3))
+    for i in range(min(max_reps, int(warmup_ms / max(probe, 1e-3)))):
+        calls[i % len(calls)]()
     reps = int(min(max_reps, max(min_reps, target_ms / max(probe, 1e-3))))
     times = _event_times(calls, reps)
     return {"ms": _median(times), "min_ms": min(times), "reps": reps}
+
+
+def rep_budget(quick: bool) -> dict:
+    """The `time_calls` budget of every timing, kernels and ceilings alike: the H200 clocks down
+    within tens of milliseconds of sustained load (docs/sm90_kernel.md, "Timing"), so a kernel
+    and its ceiling are only comparable after the same stretch of load."""
+    return dict(warmup=5, warmup_ms=100.0, target_ms=200.0 if quick else 400.0, min_reps=10, max_reps=4000)
 
 
 def capture_graph(fn):
@@ -233,49 +246,64 @@ def _rate(ms: float, flops: float) -> float:
     return flops / (ms * 1e-3) / 1e12
 
 
-def _bf16_gemm(device, reps: dict) -> dict:
-    n = GEMM_N
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
-    t = time_calls([lambda: torch.matmul(a, b, out=c)], **reps)
-    return {"ms": t["ms"], "tflops": _rate(t["ms"], 2 * n**3), "shape": [n, n, n]}
+class CeilingTimer:
+    """The ceilings, timed whenever asked with `rep_budget`: bf16 and e4m3 GEMM 8192^3 and the
+    device-to-device copy (bytes read + written). Operands are made once and kept."""
+
+    def __init__(self, device, quick: bool, copy_bytes: int):
+        self.device, self.reps, self.copy_bytes = device, rep_budget(quick), copy_bytes
+        self._ops: dict = {}
+
+    def _operands(self, kind: str):
+        if kind not in self._ops:
+            n, dev = GEMM_N, self.device
+            if kind == "bf16":
+                self._ops[kind] = tuple(torch.randn(n, n, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            elif kind == "fp8":  # B column-major, as _scaled_mm requires
+                a = torch.randn(n, n, device=dev, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+                b = torch.randn(n, n, device=dev, dtype=torch.bfloat16).to(torch.float8_e4m3fn).t()
+                self._ops[kind] = (a, b, torch.ones((), device=dev, dtype=torch.float32))
+            else:
+                src = torch.empty(self.copy_bytes, dtype=torch.uint8, device=dev)
+                self._ops[kind] = (src, torch.empty_like(src))
+        return self._ops[kind]
+
+    def bf16_gemm(self) -> dict:
+        a, b, c = self._operands("bf16")
+        t = time_calls([lambda: torch.matmul(a, b, out=c)], **self.reps)
+        return {"ms": t["ms"], "tflops": _rate(t["ms"], 2 * GEMM_N**3), "shape": [GEMM_N] * 3}
+
+    def fp8_gemm(self, fast: bool = True) -> dict:
+        a, b, one = self._operands("fp8")
+
+        def call():
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+        try:
+            t = time_calls([call], **self.reps)
+        except (RuntimeError, TypeError) as exc:
+            return {"error": str(exc).splitlines()[0]}
+        return {"ms": t["ms"], "tflops": _rate(t["ms"], 2 * GEMM_N**3), "use_fast_accum": fast}
+
+    def copy(self) -> dict:
+        src, dst = self._operands("copy")
+        t = time_calls([lambda: dst.copy_(src)], **self.reps)
+        return {"ms": t["ms"], "gbs": 2 * self.copy_bytes / (t["ms"] * 1e-3) / 1e9, "bytes_each_way": self.copy_bytes}
+
+    def around(self, peak_key: str) -> dict:
+        """(GEMM TFLOP/s of ``peak_key``, copy GB/s) timed now."""
+        gemm = self.fp8_gemm() if peak_key == "fp8_gemm" else self.bf16_gemm()
+        return {"tflops": gemm.get("tflops"), "gbs": self.copy()["gbs"]}
 
 
-def _fp8_gemm(device, reps: dict, fast: bool) -> dict:
-    n = GEMM_N
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16).to(torch.float8_e4m3fn)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm requires
-    one = torch.ones((), device=device, dtype=torch.float32)
-
-    def call():
-        return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=fast)
-
-    try:
-        t = time_calls([call], **reps)
-    except (RuntimeError, TypeError) as exc:
-        return {"error": str(exc).splitlines()[0]}
-    return {"ms": t["ms"], "tflops": _rate(t["ms"], 2 * n**3), "use_fast_accum": fast}
-
-
-def _copy_bandwidth(device, reps: dict, nbytes: int) -> dict:
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    t = time_calls([lambda: dst.copy_(src)], **reps)
-    return {"ms": t["ms"], "gbs": 2 * nbytes / (t["ms"] * 1e-3) / 1e9, "bytes_each_way": nbytes}
-
-
-def measure_ceilings(device, quick: bool) -> dict:
+def measure_ceilings(timer: CeilingTimer) -> dict:
     """bf16 and e4m3 GEMM at 8192^3 and device-to-device copy bandwidth, measured now."""
-    reps = dict(warmup=3, target_ms=300 if quick else 1000, min_reps=5, max_reps=30 if quick else 100)
-    res = {
-        "bf16_gemm": _bf16_gemm(device, reps),
-        "fp8_gemm": _fp8_gemm(device, reps, fast=True),
-        "fp8_gemm_precise": _fp8_gemm(device, reps, fast=False),
-        "copy": _copy_bandwidth(device, reps, (1 << 30) if quick else (2 << 30)),
+    return {
+        "bf16_gemm": timer.bf16_gemm(),
+        "fp8_gemm": timer.fp8_gemm(fast=True),
+        "fp8_gemm_precise": timer.fp8_gemm(fast=False),
+        "copy": timer.copy(),
     }
-    torch.cuda.empty_cache()
-    return res
 
 
 def _make_set(point: Point, heads: str, kv: str, seed: int, device):
@@ -288,7 +316,7 @@ def _make_set(point: Point, heads: str, kv: str, seed: int, device):
     return case, torch.empty_like(case.q)
 
 
-def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict, quick: bool, seed: int) -> dict:
+def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict, timer: CeilingTimer, seed: int) -> dict:
     """Eager and graph timings of one variant at one point, or the reason it was skipped."""
     import gc
 
@@ -324,7 +352,9 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
             return row
         row["num_splits"] = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel).num_splits
         calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel)) for c, o in sets]
-        reps = dict(warmup=5, target_ms=100 if quick else 400, min_reps=10, max_reps=50 if quick else 300)
+        reps = timer.reps
+        peak_key = "fp8_gemm" if kernel == "fp8_mma" else "bf16_gemm"
+        before = timer.around(peak_key)
         eager = time_calls(calls, **reps)
         row.update(status="ok", n_sets=n_sets, set_bytes=set_bytes, eager_ms=eager["ms"], eager_reps=eager["reps"])
         try:
@@ -333,6 +363,7 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
             row.update(graph_ms=graph["ms"], graph_reps=graph["reps"])
         except Exception as exc:  # a kernel that cannot be captured is reported, not fatal
             row["graph_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        after = timer.around(peak_key)
     except torch.cuda.OutOfMemoryError as exc:
         row["status"] = f"skipped: out of memory ({str(exc).splitlines()[0][:80]})"
         return row
@@ -340,10 +371,15 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
         row["status"] = f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
         return row
     w = work(point, hq, hkv, kv_bytes)
-    peak_key = "fp8_gemm" if kernel == "fp8_mma" else "bf16_gemm"
-    peak = ceilings.get(peak_key, {}).get("tflops") or ceilings["bf16_gemm"]["tflops"]
-    bw = ceilings["copy"]["gbs"]
-    row.update(flops=w["flops"], bytes=w["bytes"], intensity=w["intensity"], ceiling=peak_key)
+    # fractions of the ceilings timed around this point (the mean of before and after); the
+    # run's first ceilings stand in for a GEMM that failed to run now
+    first_peak = ceilings.get(peak_key, {}).get("tflops") or ceilings["bf16_gemm"]["tflops"]
+    peaks = [x["tflops"] for x in (before, after) if x.get("tflops")]
+    peak = sum(peaks) / len(peaks) if peaks else first_peak
+    bw = (before["gbs"] + after["gbs"]) / 2
+    row.update(flops=w["flops"], bytes=w["bytes"], intensity=w["intensity"], ceiling=peak_key,
+               ceiling_tflops=peak, ceiling_tflops_around=[before.get("tflops"), after.get("tflops")],
+               copy_gbs=bw, copy_gbs_around=[before["gbs"], after["gbs"]])
     for tag in ("eager", "graph"):
         ms = row.get(f"{tag}_ms")
         if ms is not None:
@@ -423,7 +459,8 @@ def _first_call_child(label: str, heads: str) -> int:
 
 
 def format_table(rows: list, ceilings: dict, header: str) -> str:
-    lines = [header, "ceilings (measured now):"]
+    lines = [header, "ceilings at the start of the run (each row's fractions are of the ceilings timed right before"
+             " and after it, the same way: its own GEMM rate and copy bandwidth are in bench.json):"]
     for key, c in ceilings.items():
         if "error" in c:
             lines.append(f"   {key:18s} failed: {c['error']}")
@@ -559,11 +596,14 @@ def main(args: argparse.Namespace) -> int:
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
     print(f"fa512 bench: {gpu}; measuring ceilings first ...", file=sys.stderr)
-    ceilings = measure_ceilings(device, args.quick)
+    timer = CeilingTimer(device, args.quick, (1 << 30) if args.quick else (2 << 30))
+    ceilings = measure_ceilings(timer)
     rows = []
     jobs = [(p, v) for p in points for v in variants]
     for i, (point, variant) in enumerate(tqdm(jobs, desc="fa512 bench", unit="run", disable=None, file=sys.stderr)):
-        rows.append(bench_point(point, variant, args.heads, device, ceilings, args.quick, args.seed + 1000 * i))
+        rows.append(bench_point(point, variant, args.heads, device, ceilings, timer, args.seed + 1000 * i))
+    del timer
+    torch.cuda.empty_cache()
     overhead = {v[0]: host_overhead(v, args.heads, device) for v in variants}
     first_call = {} if args.no_first_call else {v[0]: first_call_latency(v, args.heads) for v in variants}
     elapsed = time.perf_counter() - t_start
