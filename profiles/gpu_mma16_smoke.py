@@ -489,81 +489,39 @@ def compare(q, k, v, kw, out, lse, tol: float, lse_tol: float = TOL_LSE, ref_out
     return dict(ok=ok, rel_l2=rel, lse_err=lse_err, empty_rows_ok=same_inf and empty_zero, finite=finite)
 
 
-def time_cuda(fn, warmup_s: float = 0.1, measure_s: float = 0.2, min_iters: int = 20, max_iters: int = 4000) -> float:
-    """Median seconds per call over a fixed stretch of GPU time, the same for every kernel and
-    ceiling: ``warmup_s`` of back-to-back calls, then ``measure_s`` of calls (at least
-    ``min_iters``) each between its own pair of CUDA events (an interval is one call's GPU time
-    while the host keeps ahead). The H200 clocks down within tens of milliseconds of sustained
-    load, so a fixed call count would load a long kernel longer than a short ceiling; the
-    median keeps stray calls (clock steps, another process) out of the figure."""
+def time_cuda(fn) -> float:
+    """Median seconds per call, by the project's one timing protocol (`fa512.tools.bench.time_calls`
+    with ``rep_budget(quick=True)``): 0.1 s of back-to-back calls to warm up, then the median over
+    0.2 s of calls, each between its own pair of CUDA events. The H200 clocks down within tens of
+    milliseconds of sustained load, so every kernel and ceiling gets the same stretch of it."""
+    from fa512.tools.bench import rep_budget, time_calls
+
+    return time_calls([fn], **rep_budget(True))["ms"] * 1e-3
+
+
+_TIMER = None
+
+
+def ceiling(kind: str) -> dict:
+    """One ceiling timed now like the kernels: "gemm" (bf16) or "gemm_fp8" 8192^3, or "copy" (1 GB
+    each way), through `fa512.tools.bench.CeilingTimer` (its operands kept per worker process)."""
+    global _TIMER
     import torch
 
-    for _ in range(3):
-        fn()
-    probe = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-    probe[0].record()
-    fn()
-    probe[1].record()
-    torch.cuda.synchronize()
-    per_call = max(probe[0].elapsed_time(probe[1]) * 1e-3, 1e-6)
-    for _ in range(min(max_iters, math.ceil(warmup_s / per_call))):
-        fn()
-    iters = max(min_iters, min(max_iters, math.ceil(measure_s / per_call)))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(start.elapsed_time(end) for start, end in events)
-    return times[len(times) // 2] * 1e-3
+    from fa512.tools.bench import CeilingTimer
+
+    if _TIMER is None:
+        _TIMER = CeilingTimer(torch.device("cuda"), quick=True, copy_bytes=1 << 30)
+    if kind == "copy":
+        r = _TIMER.copy()
+        return dict(ok=True, gbps=r["gbs"], seconds=r["ms"] * 1e-3)
+    r = _TIMER.bf16_gemm() if kind == "gemm" else _TIMER.fp8_gemm()
+    if "error" in r:
+        return dict(ok=False, error=r["error"])
+    return dict(ok=True, tflops=r["tflops"], seconds=r["ms"] * 1e-3)
 
 
-_CEILING_TENSORS: dict = {}
-
-
-def _ceiling_tensors(kind: str):
-    """Operands of one ceiling, made once per worker process (a 1 GB copy, 8192^3 GEMMs)."""
-    import torch
-
-    if kind not in _CEILING_TENSORS:
-        n = 8192
-        if kind == "gemm":
-            made = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16), torch.randn(n, n, device="cuda", dtype=torch.bfloat16))
-        elif kind == "gemm_fp8":  # column-major B for _scaled_mm
-            made = (torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn),
-                    torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t(), torch.ones((), device="cuda"))
-        else:
-            src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-            made = (src, torch.empty_like(src))
-        _CEILING_TENSORS[kind] = made
-    return _CEILING_TENSORS[kind]
-
-
-def _gemm_ceiling() -> dict:
-    import torch
-
-    a, b = _ceiling_tensors("gemm")
-    t = time_cuda(lambda: torch.matmul(a, b))
-    return dict(ok=True, tflops=2 * 8192**3 / t / 1e12, seconds=t)
-
-
-def _gemm_fp8_ceiling() -> dict:
-    import torch
-
-    a, b, one = _ceiling_tensors("gemm_fp8")
-    t = time_cuda(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-    return dict(ok=True, tflops=2 * 8192**3 / t / 1e12, seconds=t)
-
-
-def _copy_ceiling() -> dict:
-    src, dst = _ceiling_tensors("copy")
-    t = time_cuda(lambda: dst.copy_(src))
-    return dict(ok=True, gbps=2 * src.numel() / t / 1e9, seconds=t)
-
-
-# Ceilings, all timed like the kernels (`time_cuda`): bf16 and fp8 GEMM 8192^3, a 1 GB copy.
-CEILINGS = {"gemm": _gemm_ceiling, "gemm_fp8": _gemm_fp8_ceiling, "copy": _copy_ceiling}
+CEILING_KINDS = ("gemm", "gemm_fp8", "copy")
 
 
 def ceiling_kind(name: str) -> str:
@@ -706,8 +664,8 @@ def run_case(case: dict) -> dict:
                 r = compare(q, k, v, kw, out, lse, tolerance(case))
             ok, rels, lerrs = ok and r["ok"], rels + [r["rel_l2"]], lerrs + [r["lse_err"]]
         return dict(ok=ok, rel_l2=max(rels), lse_err=max(lerrs))
-    if kind in CEILINGS:
-        return CEILINGS[kind]()
+    if kind in CEILING_KINDS:
+        return ceiling(kind)
     if kind == "perf":
         q, k, v, kw = build(case)
         kw.pop("case", None)
@@ -723,9 +681,9 @@ def run_case(case: dict) -> dict:
         # over its first ten calls to ~1100-1260 after a few hundred, 2026-11-30), so a ceiling
         # timed at another moment or for another stretch would not be the same machine.
         kind_ceiling = ceiling_kind(case["name"])
-        before = CEILINGS[kind_ceiling]()
+        before = ceiling(kind_ceiling)
         t = time_cuda(lambda: backend.launch(plan, args, out))
-        after = CEILINGS[kind_ceiling]()
+        after = ceiling(kind_ceiling)
         key = "tflops" if kind_ceiling.startswith("gemm") else "gbps"
         flops = attention_flops(case["q_lens"], case["k_lens"], q.shape[1], case.get("causal", False))
         kv_bytes = sum(case["k_lens"]) * k.shape[-2] * 512 * k.element_size() * 2  # fp8: 1-byte elements

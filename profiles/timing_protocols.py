@@ -19,19 +19,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_mma16_smoke as smoke  # noqa: E402  (the FP8 suite's cases, builders and launch path)
+from fa512.tools.bench import event_times  # noqa: E402
 
 
 def per_call_seconds(fn, iters: int, warmup: int) -> list:
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) * 1e-3 for start, end in events]
+    return [ms * 1e-3 for ms in event_times([fn], iters)]
 
 
 def mean_seconds(fn, iters: int, warmup: int) -> float:
@@ -49,7 +44,10 @@ def mean_seconds(fn, iters: int, warmup: int) -> float:
 
 def timed_calls(names: list) -> dict:
     """name -> (launch function, useful FLOPs per call)."""
-    a, b, one = smoke._ceiling_tensors("gemm_fp8")
+    n = 8192
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major B for _scaled_mm
+    one = torch.ones((), device="cuda")
     calls = {"fp8 GEMM 8192^3": (lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
                                  2 * 8192**3)}
     cases = {c["name"]: c for c in smoke.fp8_perf_cases()}

@@ -189,7 +189,7 @@ def roofline(flops: float, nbytes: float, seconds: float, peak_flops: float, ban
 # -- measurement (CUDA) --------------------------------------------------------------------
 
 
-def _event_times(calls, reps: int) -> list:
+def event_times(calls, reps: int) -> list:
     """Milliseconds of each of ``reps`` calls (rotating through ``calls``), CUDA events."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -213,11 +213,11 @@ def time_calls(calls, warmup: int, target_ms: float, min_reps: int, max_reps: in
     for i in range(max(warmup, len(calls))):
         calls[i % len(calls)]()
     torch.cuda.synchronize()
-    probe = _median(_event_times(calls, 3))
+    probe = _median(event_times(calls, 3))
     for i in range(min(max_reps, int(warmup_ms / max(probe, 1e-3)))):
         calls[i % len(calls)]()
     reps = int(min(max_reps, max(min_reps, target_ms / max(probe, 1e-3))))
-    times = _event_times(calls, reps)
+    times = event_times(calls, reps)
     return {"ms": _median(times), "min_ms": min(times), "reps": reps}
 
 
