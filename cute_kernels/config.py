@@ -149,6 +149,11 @@ class Sm90FwdConfig:
         zero in a row of its own; the S exchange adds the 16 scaled products in fp32
         (`fa512.emulation.Design.qk_rows`). The exact-accumulation error of the design at the
         cost of the decode tile's idle rows. The dispatch uses it when ``max_seqlen_q x G <= 8``.
+    pv_transposed : bool
+        fp8_mma qk_rows decode tiles (tile_n=64) only: P.V as O^T = V^T P^T (`cute_kernels.decode_pv`),
+        M = 256 d x N = 8 queries per warpgroup, V^T loaded from the V stage into A registers by
+        ldmatrix.trans (no transposed V tile in shared memory), P^T an 8-row smem operand. The
+        same dot products in the same order; O^T is 16 registers per thread instead of 128.
     pingpong : bool
         fp8_mma with qk_mode="duplicate" only: the two consumer warpgroups, which then share no
         per-block data, take turns issuing their MMAs (named barriers), so one warpgroup's
@@ -206,6 +211,7 @@ class Sm90FwdConfig:
     pv_promote: bool = False
     qk_promote: bool = False
     qk_rows: bool = False
+    pv_transposed: bool = False
     pingpong: bool = False
     vt_prepass: bool = False
     q_reg_steps: int = 0
@@ -286,6 +292,8 @@ class Sm90FwdConfig:
             parts.append("qkpromote")
         if self.qk_rows:
             parts.append("qkrows")
+        if self.pv_transposed:
+            parts.append("pvt")
         if self.pingpong:
             parts.append("pp")
         if self.vt_prepass:
@@ -430,6 +438,10 @@ class Sm90FwdConfig:
             return False, f"qk_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
         if self.qk_rows and (self.mma_path != "fp8_mma" or self.qk_mode != "split_d" or self.qk_promote):
             return False, "qk_rows spreads the split-d QK of a decode tile over its M rows: fp8_mma, qk_mode='split_d', no qk_promote"
+        if self.pv_transposed and not (self.qk_rows and self.tile_n == 64 and not self.pv_promote
+                                       and self.stage == "full"):
+            return False, ("pv_transposed computes a decode tile's 8 query rows as O^T = V^T P^T: qk_rows, "
+                           "tile_n 64, no pv_promote, stage 'full'")
         if self.pingpong and (self.mma_path != "fp8_mma" or self.qk_mode != "duplicate"):
             return False, "pingpong alternates independent warpgroups: fp8_mma with qk_mode='duplicate' only"
         if self.stage == "no_vt" and self.mma_path != "fp8_mma":
@@ -523,7 +535,7 @@ def default_config(
         if 0 < max_seqlen_q * pack <= QK_ROWS_MAX_QUERY_ROWS:
             # Decode tiles: the spare M rows take the QK accumulation (`Sm90FwdConfig.qk_rows`),
             # at any context length; with the promoted P.V as well it spills (2 STL/LDL).
-            regs = dict(qk_rows=True)
+            regs = dict(qk_rows=True, pv_transposed=tile_n == 64)
         elif mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
         elif tile_n == 64 and max_seqlen_q * pack > TILE_M:
@@ -626,6 +638,9 @@ def variant_list(full: bool = True) -> list:
         *[default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
                          descale=(True, True, True), fp8_mma=True, max_seqlen_q=TILE_M)
           .with_(qk_mode="duplicate", pingpong=True, vt_prepass=vtp) for vtp in (False, True)],
+        # decode tiles with P.V on the transposed V tile (the A/B of pv_transposed)
+        default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="none", paged=True, page_size=64, group=8,
+                       descale=(True, True, True), fp8_mma=True, max_seqlen_q=1, split=True).with_(pv_transposed=False),
         # the dequant control with the consumers converting their own d halves (the A/B of cvt_warps)
         default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
                        descale=(True, True, True)).with_(cvt_warps=False, kv_stages=3, q_reg_steps=4,

@@ -46,26 +46,43 @@ class Carried:
 # -- bit-level helpers (inline PTX / LLVM casts the DSL has no portable spelling for) ----------
 
 
+def _asm(result_type, operands, text: str, constraints: str, side_effects: bool, loc, ip):
+    """One inline PTX statement (AT&T dialect, no stack realignment) on IR operand values."""
+    return llvm.inline_asm(result_type, operands, text, constraints, has_side_effects=side_effects,
+                           is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
+
+
 @dsl_user_op
 def byte_perm_var(a, b, selector, *, loc=None, ip=None) -> Uint32:
     """``prmt.b32`` with the selector in a register: byte i of the result is byte
     ``(selector >> 4i) & 7`` of the pair (a, b) (bytes 0-3 from a, 4-7 from b). A register
     selector lets each lane apply its own permutation. Unlike ``cute.arch.prmt`` the asm has no
     side effects, so the compiler may schedule and CSE it freely."""
-    return Uint32(
-        llvm.inline_asm(
-            T.i32(),
-            [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip),
-             Uint32(selector).ir_value(loc=loc, ip=ip)],
-            "prmt.b32 $0, $1, $2, $3;",
-            "=r,r,r,r",
-            has_side_effects=False,
-            is_align_stack=False,
-            asm_dialect=llvm.AsmDialect.AD_ATT,
-            loc=loc,
-            ip=ip,
-        )
-    )
+    operands = [Uint32(x).ir_value(loc=loc, ip=ip) for x in (a, b, selector)]
+    return Uint32(_asm(T.i32(), operands, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", False, loc, ip))
+
+
+@dsl_user_op
+def ldmatrix_x4_trans(smem_addr, *, loc=None, ip=None) -> tuple:
+    """``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`` at the 32-bit shared address each lane
+    gives (lanes 8i..8i+7: the eight 16-byte rows of matrix i). Returns lane t's four words:
+    word i holds matrix i's b16 elements (row 2 (t % 4), column t // 4) in its low half and
+    (row 2 (t % 4) + 1, column t // 4) in its high half. Side effects keep it after the
+    barrier that publishes the rows."""
+    res = _asm(llvm.StructType.get_literal([T.i32()] * 4), [Int32(smem_addr).ir_value(loc=loc, ip=ip)],
+               "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r",
+               True, loc, ip)
+    return tuple(Uint32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4))
+
+
+@dsl_user_op
+def stmatrix_x4(smem_addr, words, *, loc=None, ip=None) -> None:
+    """``stmatrix.sync.aligned.m8n8.x4.shared.b16``: lane t's word i is row t // 4, bytes
+    4 (t % 4) .. 4 (t % 4) + 3 of matrix i, whose row r goes to the 16 bytes at the shared
+    address lane 8 i + r gives."""
+    operands = [Int32(smem_addr).ir_value(loc=loc, ip=ip)] + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words]
+    _asm(None, operands, "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", "r,r,r,r,r",
+         True, loc, ip)
 
 
 @dsl_user_op
@@ -88,4 +105,4 @@ def sw128_unit(row, unit, rows: int):
     return (unit // 8) * rows * 8 + row * 8 + ((unit % 8) ^ (row % 8))
 
 
-__all__ = ["Carried", "byte_perm_var", "f32_bits", "bits_f32", "sw128_unit"]
+__all__ = ["Carried", "byte_perm_var", "ldmatrix_x4_trans", "stmatrix_x4", "f32_bits", "bits_f32", "sw128_unit"]

@@ -39,7 +39,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import Float8E4M3FN, Float32, Int32, Uint32, const_expr
 
-from .dsl_utils import bits_f32, byte_perm_var, f32_bits, sw128_unit
+from .dsl_utils import bits_f32, byte_perm_var, f32_bits, ldmatrix_x4_trans, stmatrix_x4, sw128_unit
 
 E4M3_MAX = 448.0
 Q_SCALE_K_MIN, Q_SCALE_K_MAX = -126, 126
@@ -255,17 +255,22 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
     `vt_word_index` rather than through the swizzled CuTe views: those made the compiler hoist
     one address per store out of the block loop and spill.
 
-    Unit (word column w4, 16-byte d chunk): the four source keys of Vt columns 4 w4 .. 4 w4 + 3,
-    16 bytes each, become 16 Vt words. Which thread takes which unit, and in which order it
-    stores the four rows of each 4 x 4 block, is `transpose_lane_plan`: bank-conflict free
-    loads and stores (the first version's lane order cost 8-way conflicts on the loads and
-    2-way on the stores: half of the kernel's excess shared-memory wavefronts, ncu on the H200).
+    tile_n=64 runs on ldmatrix.trans / stmatrix (`_transpose_ldsm`), tile_n=32 on 16-byte loads,
+    prmt and 32-bit stores (`_transpose_units`); both write the same Vt image. At tile_n=64 the
+    keys past ``rows_valid`` are zeroed in the V stage first, only in a block that has them
+    (`zero_keys_past`), so ``tail_branch`` only matters at tile_n=32.
     Keys >= ``rows_valid`` are stored as zeros (None: all valid). Only a sequence's last block
     has such keys; with ``tail_branch`` the zeroing (a select per loaded word) runs only there,
     behind a warp-uniform branch. The second copy of the transpose costs registers: the split-d
     variants spill 2-11 STL/LDL with it, so only the pingpong ones take it.
     """
-    if const_expr(rows_valid is None or not tail_branch):
+    if const_expr(tile_n == 64):
+        if const_expr(rows_valid is not None):
+            if rows_valid < tile_n:
+                zero_keys_past(sV_chunks, stage, transpose_tail_chunk(tidx_wg % 32, tidx_wg // 32, wg), tidx_wg,
+                               rows_valid)
+        _transpose_ldsm(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg)
+    elif const_expr(rows_valid is None or not tail_branch):
         _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, rows_valid, tile_n)
     elif rows_valid >= tile_n:
         _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, None, tile_n)
@@ -276,7 +281,15 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
 @cute.jit
 def _transpose_units(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32,
                      rows_valid, tile_n: cutlass.Constexpr[int]):
-    """The body of `transpose_v_half`; ``rows_valid`` None: no key is zeroed."""
+    """`transpose_v_half` for tile_n=32 (and the reference plan for 64); ``rows_valid`` None: no
+    key is zeroed.
+
+    Unit (word column w4, 16-byte d chunk): the four source keys of Vt columns 4 w4 .. 4 w4 + 3,
+    16 bytes each, become 16 Vt words. Which thread takes which unit, and in which order it
+    stores the four rows of each 4 x 4 block, is `transpose_lane_plan`: bank-conflict free
+    loads and stores (the first version's lane order cost 8-way conflicts on the loads and
+    2-way on the stores: half of the kernel's excess shared-memory wavefronts, ncu on the H200).
+    Per 16 bytes of V: one 128-bit load, 8 prmt, four 32-bit stores."""
     n_w4 = tile_n // 4  # 4-key words per Vt row
     units = n_w4 * 16  # x 16 d chunks of 16 bytes in a 256-column half
     stage_base = stage * (tile_n * 32)
@@ -303,6 +316,131 @@ def _transpose_units(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
                 sVt_words[row0 + d_shift + vt_word_index(d_static, w4, tile_n)] = cols[k]
 
 
+# -- tile_n=64: the transpose on ldmatrix.trans and stmatrix ------------------------------------
+# ldmatrix.trans reads an 8 x 8 matrix of b16 (8 keys x 16 d-bytes) and gives lane t the
+# d-byte pair 2c, 2c+1 (c = t // 4) of keys 2q and 2q+1 (q = t % 4). Two such words, from the
+# keys 16j + 0..7 and 16j + 8..15, hold d-row 2c's bytes of keys 16j + 2q + {0, 1, 8, 9}: one prmt
+# gathers them, which is exactly Vt word 4j + q of row 2c in `P_KEY_ORDER`, and a second prmt
+# gives row 2c + 1. stmatrix then writes each such word where lane t's row of the matrix lies,
+# rows addressed per lane, so the swizzled Vt needs no address math beyond one row per lane.
+# Per 16 bytes of V: one ldmatrix, 4 prmt, one stmatrix (the tile_n=32 body: 13 instructions).
+LDSM_PER_THREAD = 8  # x4 ldmatrix / stmatrix pairs: (256 d x 64 keys) / 128 threads / 16 B
+LDSM_AHEAD = 1  # ldmatrix issued ahead of the first store: 2 x 4 words in flight
+_EVEN_ROW, _ODD_ROW = 0x6420, 0x7531  # bytes 0 and 2 (d even) / 1 and 3 (d odd) of each word
+
+
+def ldsm_source_row(lane, warp, wg, it: int):
+    """(key, 16-byte d chunk of 0..31) of the V row lane ``lane`` of warp ``warp`` addresses in
+    ldmatrix ``it`` (Python or DSL ints). Matrix i = lane // 8 holds keys 32 jp + 8 i .. + 7 of
+    one d chunk; iteration it = 2 dd + jp covers d chunk 4 warp + dd of warpgroup wg's half and
+    the key half jp. Eight consecutive keys of one chunk sit in eight distinct 16-byte bank
+    columns of the 128 B swizzle: no bank conflict."""
+    dd, jp = it >> 1, it & 1
+    return 32 * jp + lane, 16 * wg + 4 * warp + dd
+
+
+def stsm_target_row(lane, warp, it: int):
+    """(Vt row d of the warpgroup's half, 16-key chunk j) whose 16 bytes lane ``lane``
+    addresses in stmatrix ``it``: row r = lane % 8 of matrix i = lane // 8.
+
+    Matrices 0 and 1 are d rows 2r and 2r+1 of the chunk's 16 (key chunk 2 jp), matrices 2 and 3
+    the same rows of key chunk 2 jp + 1; for r >= 4 matrix 0 takes the odd row and 1 the even
+    one (`stsm_selectors`). Rows d and d + 8 share their banks under the 64 B swizzle, so this
+    is what spreads each matrix's eight rows over all 32 banks."""
+    dd, jp = it >> 1, it & 1
+    i, r = lane >> 3, lane & 7
+    odd = (r >> 2) ^ (i & 1)
+    return 16 * (4 * warp + dd) + 2 * r + odd, 2 * jp + (i >> 1)
+
+
+def stsm_selectors(lane):
+    """prmt selectors (stmatrix words 0 and 2, words 1 and 3) of ``lane``: the even d row first,
+    the odd one for lanes 16..31 (they hold rows 2c with c >= 4, see `stsm_target_row`)."""
+    swap = (lane >> 4) * (_EVEN_ROW ^ _ODD_ROW)
+    return _EVEN_ROW ^ swap, _ODD_ROW ^ swap
+
+
+# The kernel forms the 16 addresses of a block from one register per side, so that nothing
+# per iteration is hoisted out of the block loop (16 hoisted addresses spilled 4-31 STL/LDL in
+# the split-d variants): iteration it = 2 dd + jp flips address bits with an XOR and adds an
+# immediate. Valid because the V stage base is 1024-aligned and the Vt base 64-aligned.
+def ldsm_lane_offset(lane, warp, wg):
+    """Byte offset in the V stage of ``lane``'s ldmatrix row in iteration 0; iteration it's is
+    ``(offset ^ 16 dd) + 4096 jp`` (== 16 `v_chunk_index` of `ldsm_source_row`)."""
+    return 16 * ((2 * wg + (warp >> 1)) * 512 + 8 * lane + ((4 * (warp & 1)) ^ (lane & 7)))
+
+
+def ldsm_iteration_offset(lane_offset, it: int):
+    dd, jp = it >> 1, it & 1
+    return (lane_offset ^ (16 * dd)) + 4096 * jp
+
+
+def stsm_lane_offset(lane, warp):
+    """Byte offset in the warpgroup's Vt of ``lane``'s stmatrix row in iteration 0; iteration
+    it's is ``(offset ^ 32 jp) + 1024 dd`` (== 4 `vt_word_index` of `stsm_target_row`)."""
+    i, r = lane >> 3, lane & 7
+    odd = (r >> 2) ^ (i & 1)
+    return 4096 * warp + 64 * (2 * r + odd) + 16 * (((i >> 1) ^ r) & 1) + 32 * ((r >> 1) & 1)
+
+
+def stsm_iteration_offset(lane_offset, it: int):
+    dd, jp = it >> 1, it & 1
+    return (lane_offset ^ (32 * jp)) + 1024 * dd
+
+
+def tail_unit(lane, chunk, s: int):
+    """(key, 16-byte unit index in a tile_n=64 V stage) that ``lane`` zeroes in step s of
+    `zero_keys_past` if key >= rows_valid: key lane // 4 + 8 s of d chunk ``chunk``. Written out
+    (== `v_chunk_index`) so that the eight steps are one register plus immediates."""
+    row = lane // 4
+    return row + 8 * s, (chunk // 8) * 512 + 8 * row + ((chunk % 8) ^ row) + 64 * s
+
+
+def transpose_tail_chunk(lane, warp, wg):
+    """The d chunk ``lane`` zeroes for `_transpose_ldsm`: the four its warp's ldmatrix reads
+    (`ldsm_source_row`), 4 warp + 0..3 of warpgroup wg's half."""
+    return 16 * wg + 4 * warp + lane % 4
+
+
+@cute.jit
+def zero_keys_past(sV_chunks: cute.Tensor, stage, chunk, tidx_wg: Int32, rows_valid):
+    """Zero the keys >= rows_valid of d chunk ``chunk`` (this lane's) in a tile_n=64 V stage:
+    the warp's lanes cover the chunks that warp alone reads next, so a warp barrier orders the
+    zeros before its loads; the proxy fence orders them before the TMA that refills the stage
+    once it is released. (A NaN bit pattern in an unused cache slot must not meet a zero P.)"""
+    zero = cute.make_rmem_tensor(4, Uint32)
+    zero.fill(0)
+    for s in cutlass.range_constexpr(8):
+        key, unit = tail_unit(tidx_wg % 32, chunk, s)
+        if key >= rows_valid:
+            cute.autovec_copy(zero, sV_chunks[stage * (64 * 32) + unit, None])
+    cute.arch.fence_view_async_shared()
+    cute.arch.sync_warp()
+
+
+@cute.jit
+def _transpose_ldsm(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32):
+    """`transpose_v_half` for tile_n=64 on ldmatrix.trans / stmatrix, every key kept."""
+    tile_n = 64
+    lane = tidx_wg % 32
+    warp = tidx_wg // 32
+    v_row = sV_chunks.iterator.toint() + stage * (tile_n * 512) + ldsm_lane_offset(lane, warp, wg)
+    vt_row = sVt_words.iterator.toint() + 4 * vt_base + stsm_lane_offset(lane, warp)
+    sel = stsm_selectors(lane)
+    loaded = [None] * LDSM_PER_THREAD
+    # the asm keeps program order, so load LDSM_AHEAD iterations ahead of the stores to
+    # overlap the ldmatrix latency
+    for step in cutlass.range_constexpr(LDSM_PER_THREAD + LDSM_AHEAD):
+        if const_expr(step < LDSM_PER_THREAD):
+            loaded[step] = ldmatrix_x4_trans(ldsm_iteration_offset(v_row, step))
+        it = step - LDSM_AHEAD
+        if const_expr(it >= 0):
+            w = loaded[it]
+            out = (byte_perm_var(w[0], w[1], sel[0]), byte_perm_var(w[0], w[1], sel[1]),
+                   byte_perm_var(w[2], w[3], sel[0]), byte_perm_var(w[2], w[3], sel[1]))
+            stmatrix_x4(stsm_iteration_offset(vt_row, it), out)
+
+
 __all__ = [
     "E4M3_MAX",
     "P_KEY_ORDER",
@@ -311,9 +449,19 @@ __all__ = [
     "p_word_index",
     "key_of_k",
     "key_of_word_byte",
+    "ldsm_iteration_offset",
+    "ldsm_lane_offset",
+    "ldsm_source_row",
     "q_scale_exponent",
     "quantize_q_half",
     "store_p_tile",
+    "stsm_iteration_offset",
+    "stsm_lane_offset",
+    "stsm_selectors",
+    "stsm_target_row",
+    "tail_unit",
+    "transpose_tail_chunk",
+    "zero_keys_past",
     "p_to_fp8_a",
     "transpose_lane_plan",
     "transpose_selectors_of",

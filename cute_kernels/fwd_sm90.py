@@ -20,7 +20,7 @@ from cutlass import BFloat16, Float8E4M3FN, Float16, Float32, Int32, Int64, cons
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-from . import pipeline_checks
+from . import decode_pv, pipeline_checks
 from .config import CVT_F16_STAGES, HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
 from .fp8_operands import P_TILE_BYTES, p_to_fp8_a, store_p_tile
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
@@ -64,7 +64,8 @@ class FlashFwdSm90:
                   (40 + 2 x 232) x 128 = 64512 = the CTA's register pool (168 launch registers x
                   384 threads); a larger total makes the consumers' setmaxnreg.inc wait forever.
     WG1, WG2    : consumers, `setmaxnreg` up to ``cfg.consumer_regs`` (232). WG w owns output
-                  columns d[256w, 256w+256): acc_O is 64x256 fp32 = 128 registers per thread.
+                  columns d[256w, 256w+256): acc_O is 64x256 fp32 = 128 registers per thread
+                  (fp8_mma decode tiles, ``pv_transposed``: O^T 256 x 8 = 16, `decode_pv`).
 
     QK^T without duplicated MMA work (``qk_mode="split_d"``)
         WG w computes the partial logits S_w = Q[:, dw] K[:, dw]^T over its own half dw of the
@@ -96,6 +97,9 @@ class FlashFwdSm90:
         wait K[n] -> issue QK(n) -> O *= corr(n+1) -> wait V[n+1] -> issue PV(n+1) with P regs
         -> wait QK -> release K[n] -> exchange S halves -> mask (boundary blocks only)
         -> online softmax -> wait PV -> release V[n+1] -> P(n) = bf16(S) in A registers.
+        ``pv_transposed``: warp 0 also stores P(n) as P^T with corr(n) (`decode_pv.publish_p`);
+        block n+1's V^T is loaded into A registers after a warpgroup barrier, the stage released,
+        O^T *= corr(n+1), then PV(n+1) is issued.
 
     MMA path (strategy object, `mma_paths`): bf16/f16 K/V are MMA'd in their TMA stages;
     fp8 e4m3 K/V (the dequant control of the FP8 A/B) are TMA'd into staging rings and converted
@@ -126,7 +130,8 @@ class FlashFwdSm90:
         self.cfg = config
         self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d",
                                   cvt_warps=config.cvt_warps, skip_transpose=config.stage == "no_vt",
-                                  vt_from_tma=config.vt_prepass, qk_rows=config.qk_rows)
+                                  vt_from_tma=config.vt_prepass, qk_rows=config.qk_rows,
+                                  pv_transposed=config.pv_transposed)
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
@@ -728,8 +733,17 @@ class FlashFwdSm90:
         else:
             sVt = transpose_view(sV)  # (512, tile_n, stages): V as the MN-major B operand of PV
             sVt_w = cute.local_tile(sVt, (self.half_d, self.tile_n), (wg, 0, None))
+        pvt = None  # pv_transposed: O^T = V^T P^T (`decode_pv`), in place of the Vt tile
+        if const_expr(self.cfg.pv_transposed):
+            if const_expr(decode_pv.SMEM_BYTES > self._q_half_bytes() - self._vt_offset()):
+                raise ValueError("fa512: decode_pv's P^T buffers do not fit where the V^T tile was")
+            pvt = decode_pv.make_pvt_parts(self._q_half_ptr(storage, wg, self._vt_offset()), tidx_wg)
+            sV_dst_w = pvt
         tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt_w))
-        acc_O = thr_pv.make_fragment_C(thr_pv.partition_shape_C((self.tile_m, self.half_d)))
+        if const_expr(self.cfg.pv_transposed):
+            acc_O = pvt.acc
+        else:
+            acc_O = thr_pv.make_fragment_C(thr_pv.partition_shape_C((self.tile_m, self.half_d)))
         s_shape = thr_qk.partition_shape_C((self.tile_m, self.tile_n))
         tScS = thr_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n)))
 
@@ -859,6 +873,8 @@ class FlashFwdSm90:
                 if const_expr(do_qk):
                     _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, True)
                     self._p_to_a(acc_S, tOrP, softmax, warp_live)
+                    if const_expr(self.cfg.pv_transposed):
+                        decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
                 if const_expr(self.k_early):
                     if n_blocks > 1:
                         hk = k_cons.wait_and_advance()
@@ -887,15 +903,19 @@ class FlashFwdSm90:
                         else:
                             self._take_turn(wg)
                             self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
-                        if const_expr(not self.promote and not self.cfg.pingpong):
+                        if const_expr(not self.promote and not self.cfg.pingpong and not self.cfg.pv_transposed):
                             softmax.rescale(acc_O, row_scale)
                     if const_expr(not self.cfg.pingpong):
                         hv = v_cons.wait_and_advance()
                         self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
                         v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                    if const_expr(self.cfg.pv_transposed):
+                        decode_pv.scale_columns(pvt, (n + 1) % 2, tidx_wg)  # published with P(n+1)
                     if const_expr(do_pv):
                         if const_expr(self.promote):
                             self._pv_slice(promo, 0, tOrP, v_idx)
+                        elif const_expr(self.cfg.pv_transposed):
+                            decode_pv.issue_pv(pvt, (n + 1) % 2)
                         else:
                             self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
                             self._pass_turn(wg, False)
@@ -936,18 +956,25 @@ class FlashFwdSm90:
                             tOrP.store(promo.p_next.load())
                         else:
                             self._p_to_a(acc_S, tOrP, softmax, warp_live)
+                        if const_expr(self.cfg.pv_transposed):
+                            decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
                 # ---- last PV ----
                 if const_expr(do_qk):
                     if const_expr(self.promote):
                         promo.scale.store(row_scale.load())
-                    else:
+                    elif const_expr(not self.cfg.pv_transposed):
                         softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
                 self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
                 v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
+                if const_expr(self.cfg.pv_transposed):
+                    decode_pv.scale_columns(pvt, n_min % 2, tidx_wg)
                 if const_expr(do_pv and self.promote):
                     self._pv_slice(promo, 0, tOrP, v_idx)
                     self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
+                elif const_expr(do_pv and self.cfg.pv_transposed):
+                    decode_pv.issue_pv(pvt, n_min % 2)
+                    warpgroup.wait_group(0)
                 elif const_expr(do_pv):
                     self._take_turn(wg)
                     self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
@@ -962,9 +989,18 @@ class FlashFwdSm90:
         o_scale = cute.make_rmem_tensor(2, Float32)
         lse = cute.make_rmem_tensor(2, Float32)
         softmax.finalize(v_descale, o_scale, lse)
-        softmax.rescale(acc_O, o_scale)
-        self._store(acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
-                    q_start, seqlen_q, m_block, tile_head, split_idx)
+        if const_expr(self.cfg.pv_transposed):
+            decode_pv.publish_o_scale(pvt, o_scale, tidx_wg, warp_live)
+            cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+            decode_pv.scale_columns(pvt, decode_pv.SLOT_O_SCALE, tidx_wg)
+            gO, gL = self._out_tiles(wg, mO_rows, mLSE_rows, q_start, m_block, tile_head, split_idx)
+            decode_pv.store_o(pvt, gO, _DTYPES[self.cfg.out_dtype], tidx_wg,
+                              seqlen_q * self.group - m_block * self.tile_m)
+            self._store_lse(gL, lse, thr_qk, wg, tidx_wg, seqlen_q, m_block)
+        else:
+            softmax.rescale(acc_O, o_scale)
+            self._store(acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
+                        q_start, seqlen_q, m_block, tile_head, split_idx)
 
     # -- fp8_mma: the spent q-dtype Q tile, reused (config.Sm90FwdConfig._fp8_mma_smem_plan) --
     # Warpgroup w's 32 KB half holds its fp32 S exchange tile X[w] (64 x tile_n x 4 B) and
@@ -975,10 +1011,14 @@ class FlashFwdSm90:
         x_ptr = cute.recast_ptr(self._q_half_ptr(storage, 0, 0), dtype=Float32)
         return cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, self._q_half_bytes() // 4)))
 
+    def _vt_offset(self) -> int:
+        """Byte offset of V^T (or `decode_pv`'s P^T) in a warpgroup's Q half: after X[w]."""
+        return self.tile_m * self.tile_n * 4
+
     def _fp8_v_views(self, storage, wg, sVt_layout):
         """(V^T of warpgroup wg as the PV B operand (256, tile_n, 1), the V ring as 16-byte chunks
         for the transpose's loads, (Q-tile words, first word of wg's V^T) for its stores)."""
-        vt_offset = self.tile_m * self.tile_n * 4  # after X[w]
+        vt_offset = self._vt_offset()
         sVt_w = cute.make_tensor(
             cute.recast_ptr(self._q_half_ptr(storage, wg, vt_offset), sVt_layout.inner, dtype=Float8E4M3FN),
             sVt_layout.outer,
@@ -1368,11 +1408,9 @@ class FlashFwdSm90:
             if not is_last:
                 cute.arch.barrier_arrive(barrier_id=BAR_X_FREE + 1 - wg, number_of_threads=256)
 
-    @cute.jit
-    def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
-               q_start, seqlen_q, m_block, tile_head, split_idx):
-        """Write this WG's O half (q dtype, or fp32 partials) and, from WG 0, the lse."""
-        out_dtype = _DTYPES[self.cfg.out_dtype]
+    def _out_tiles(self, wg, mO_rows, mLSE_rows, q_start, m_block, tile_head, split_idx):
+        """(this WG's O half of the tile: (tile rows, 256 d), the tile's lse: (tile rows,)),
+        rows as packed (head, query), of the split's partials when split."""
         if const_expr(self.is_split):
             mO_tile_src = mO_rows[None, None, None, split_idx]
             mLSE_src = mLSE_rows[None, None, split_idx]
@@ -1385,6 +1423,19 @@ class FlashFwdSm90:
             ((self.group, rows_per_tile), self.half_d),
             (m_block, wg, tile_head),
         )
+        gL = cute.local_tile(
+            cute.domain_offset(((0, q_start), 0), mLSE_src),
+            ((self.group, rows_per_tile),),
+            (m_block, tile_head),
+        )
+        return gO, gL
+
+    @cute.jit
+    def _store(self, acc_O, o_scale, lse, thr_pv, thr_qk, wg, tidx_wg, mO_rows, mLSE_rows,
+               q_start, seqlen_q, m_block, tile_head, split_idx):
+        """Write this WG's O half (q dtype, or fp32 partials) and, from WG 0, the lse."""
+        out_dtype = _DTYPES[self.cfg.out_dtype]
+        gO, gL = self._out_tiles(wg, mO_rows, mLSE_rows, q_start, m_block, tile_head, split_idx)
         tOgO = thr_pv.partition_C(gO)
         tOcO = thr_pv.partition_C(cute.make_identity_tensor((self.tile_m, self.half_d)))
         rO = cute.make_rmem_tensor_like(acc_O, out_dtype)
@@ -1396,12 +1447,12 @@ class FlashFwdSm90:
             row = c_mn[r, 0][0]
             if (m_block * self.tile_m + row) // self.group < seqlen_q:
                 cute.autovec_copy(r_mn[r, None], g_mn[r, None])
+        self._store_lse(gL, lse, thr_qk, wg, tidx_wg, seqlen_q, m_block)
+
+    @cute.jit
+    def _store_lse(self, gL, lse, thr_qk, wg, tidx_wg, seqlen_q, m_block):
+        """WG 0: the lse of this thread's two rows (one lane per quad)."""
         if wg == 0:
-            gL = cute.local_tile(
-                cute.domain_offset(((0, q_start), 0), mLSE_src),
-                ((self.group, rows_per_tile),),
-                (m_block, tile_head),
-            )
             s_c = acc_mn_view(thr_qk.partition_C(cute.make_identity_tensor((self.tile_m, self.tile_n))))
             if tidx_wg % 4 == 0:
                 for r in cutlass.range_constexpr(2):

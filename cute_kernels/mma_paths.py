@@ -34,7 +34,8 @@ from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
 
 from .config import CVT_F16_STAGES, HEAD_DIM
 from .dsl_utils import sw128_unit
-from .fp8_operands import quantize_q_half, transpose_v_half
+from .decode_pv import load_vt, pvt_tail_chunk
+from .fp8_operands import quantize_q_half, transpose_v_half, zero_keys_past
 
 BAR_WG_LOCAL = 4  # + wg: 128-thread barrier of one consumer warpgroup (conversion hand-off)
 # both consumer WGs: the e4m3 Q tile is complete (fp8_mma with the duplicated QK, once per tile)
@@ -203,6 +204,7 @@ class Fp8MmaPath:
     skip_transpose: bool = False  # Sm90FwdConfig.stage "no_vt" (timing only)
     vt_from_tma: bool = False  # Sm90FwdConfig.vt_prepass: the V stage already holds V^T
     qk_rows: bool = False  # Sm90FwdConfig.qk_rows: one 32-d chunk of a query row per M row
+    pv_transposed: bool = False  # Sm90FwdConfig.pv_transposed: V^T A fragments straight from the stage
 
     @property
     def mma_dtype(self):
@@ -243,10 +245,20 @@ class Fp8MmaPath:
         """Transpose the stage's V half into the warpgroup's Vt buffer and free the stage.
 
         ``sSrc_w``: the V ring as 16-byte chunks (`fp8_operands.transpose_v_half`);
-        ``sDst_w``: (Vt words, first word of this warpgroup's Vt).
+        ``sDst_w``: (Vt words, first word of this warpgroup's Vt). With ``pv_transposed`` there
+        is no Vt: the V^T A fragments are loaded from the stage into ``sDst_w`` (`decode_pv`).
         """
         if const_expr(self.vt_from_tma):
             return handle.index  # P.V reads the stage; finish_v frees it
+        if const_expr(self.pv_transposed):
+            # sDst_w: `decode_pv.PvtParts`. The barrier publishes P^T (`decode_pv.publish_p`)
+            cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+            if rows_valid < self.tile_n:
+                zero_keys_past(sSrc_w, handle.index, pvt_tail_chunk(tidx_wg % 32, tidx_wg // 32, wg), tidx_wg,
+                               rows_valid)
+            load_vt(sDst_w, sSrc_w, handle.index, wg, tidx_wg)
+            handle.release()
+            return 0
         vt_words, vt_base = sDst_w
         if const_expr(self.skip_transpose):
             handle.release()
@@ -349,14 +361,15 @@ def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Co
 
 
 def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False,
-                  skip_transpose: bool = False, vt_from_tma: bool = False, qk_rows: bool = False):
+                  skip_transpose: bool = False, vt_from_tma: bool = False, qk_rows: bool = False,
+                  pv_transposed: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype, tile_n, in_producer=cvt_warps)
     if mma_path == "fp8_mma":
         return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, skip_transpose=skip_transpose,
-                          vt_from_tma=vt_from_tma, qk_rows=qk_rows)
+                          vt_from_tma=vt_from_tma, qk_rows=qk_rows, pv_transposed=pv_transposed)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 

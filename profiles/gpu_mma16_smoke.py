@@ -86,7 +86,7 @@ PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="s
 # fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32), forced on, and the
 # dequant control without part of Q in registers (its default since 2026-11-29), for their A/B
 QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240, qk_mode="split_d",
-                   pingpong=False, vt_prepass=False, qk_rows=False)
+                   pingpong=False, vt_prepass=False, qk_rows=False, pv_transposed=False)
 Q_REGS_OFF = dict(q_reg_steps=0)
 # the dequant control's conversion in the producer warpgroup's warps 1-3 (Sm90FwdConfig.cvt_warps)
 CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=216)
@@ -94,12 +94,15 @@ CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=21
 # taking turns at the tensor cores (the multi-tile layout before qk_mode="alternate"), and the
 # split-d layout (the dispatch's choice for one-tile decode): each forced for the A/B
 PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240,
-                qk_rows=False)
+                qk_rows=False, pv_transposed=False)
 # the pingpong layout with the in-kernel V transpose (the multi-tile dispatch before the V^T prepass)
 IN_KERNEL_VT = dict(PINGPONG, vt_prepass=False)
 # decode tiles without the k-steps in their spare M rows (the dispatch's split-d decode before
 # Sm90FwdConfig.qk_rows): the A/B of its cost and accuracy
-NO_QK_ROWS = dict(qk_rows=False)
+NO_QK_ROWS = dict(qk_rows=False, pv_transposed=False)
+# decode tiles' P.V on the V^T tile the consumers transpose V into (the dispatch before
+# Sm90FwdConfig.pv_transposed): the A/B of the transposed P.V
+VT_TILE = dict(pv_transposed=False)
 SPLIT_D = dict(qk_mode="split_d", pingpong=False, pv_promote=False, producer_regs=40, consumer_regs=232,
                vt_prepass=False)
 
@@ -126,6 +129,8 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     add("fp8mma_decode_long", q_lens=[1, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
     add("fp8mma_decode_long_q4", q_lens=[4, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
     add("fp8mma_decode_local_qkrows", q_lens=[1, 1, 1], k_lens=[900, 70, 3000], window=[300, 0], page_size=64)
+    add("fp8mma_decode_split4_vt", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4, descale=True,
+        config=VT_TILE)
     if not quick:
         add("fp8mma_gemma31b_prefill2048", q_lens=[2048], k_lens=[2048], causal=True, page_size=64, descale=True,
             logit_std=4.0, softmax_scale=1.0)
@@ -199,8 +204,10 @@ def fp8_perf_cases() -> list[dict]:
         *[_decode(f"ab_decode_b4_k32768_fp8_mma_s{n}", 4, 32768, kernel="fp8_mma", splits=n) for n in (4, 12, 16, 24, 32)],
         _decode("ab_decode_b4_k32768_fp8_mma_s16_noqkrows", 4, 32768, kernel="fp8_mma", splits=16, config=NO_QK_ROWS),
         # timing bound only (wrong output): decode without its in-kernel V transpose
-        _decode("ab_decode_b64_k8192_fp8_mma_novt", 64, 8192, **mma, config=dict(stage="no_vt")),
-        _decode("ab_decode_b4_k32768_fp8_mma_split_novt", 4, 32768, **split, config=dict(stage="no_vt")),
+        _decode("ab_decode_b64_k8192_fp8_mma_novt", 64, 8192, **mma, config=dict(VT_TILE, stage="no_vt")),
+        _decode("ab_decode_b4_k32768_fp8_mma_split_novt", 4, 32768, **split, config=dict(VT_TILE, stage="no_vt")),
+        _decode("ab_decode_b64_k8192_fp8_mma_vt", 64, 8192, **mma, config=VT_TILE),
+        _decode("ab_decode_b4_k32768_fp8_mma_split_vt", 4, 32768, **split, config=VT_TILE),
         _decode("ab_decode_b64_k8192_fp8_mma_n32s4", 64, 8192, **mma, config=n32),
         _prefill8k("perf_prefill8192_causal_fp8_dequant"),
         _decode("perf_decode_b64_k8192_fp8_dequant", 64, 8192),

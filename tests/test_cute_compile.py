@@ -123,7 +123,8 @@ def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
         for split in (False, True):
             cfg = default_config(max_seqlen_k=keys, max_seqlen_q=1, split=split, **kw)
             assert cfg.qk_rows and not cfg.pv_promote and cfg.qk_mode == "split_d" and cfg.can_implement()[0]
-            assert cfg.key().endswith("-qkrows") and cfg.with_split(not split).qk_rows
+            assert cfg.key().endswith("-qkrows-pvt") and cfg.with_split(not split).qk_rows
+            assert cfg.pv_transposed  # P.V as O^T = V^T P^T (`cute_kernels.decode_pv`)
     assert QK_ROWS_MAX_QUERY_ROWS == 8
     assert not default_config(max_seqlen_k=4096, max_seqlen_q=2, **kw).qk_rows  # 16 rows
     assert default_config(max_seqlen_k=4096, max_seqlen_q=8, **{**kw, "group": 1}).qk_rows
@@ -133,6 +134,12 @@ def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
         base = default_config(max_seqlen_k=4096, max_seqlen_q=1, **kw)
         ok, why = base.with_(**bad).can_implement()
         assert not ok and "qk_rows" in why, bad
+    for bad in (dict(qk_rows=False), dict(stage="no_vt"), dict(pv_promote=True, producer_regs=24, consumer_regs=240)):
+        ok, why = base.with_(**bad).can_implement()
+        assert not ok and "pv_transposed" in why, bad
+    # page sizes that take tile_n=32 keep the V^T tile
+    page32 = default_config(max_seqlen_k=4096, max_seqlen_q=1, **{**kw, "page_size": 32})
+    assert page32.qk_rows and page32.tile_n == 32 and not page32.pv_transposed
 
 
 def test_fp8_mma_promotes_pv_where_the_registers_allow():

@@ -475,7 +475,7 @@ def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
                             fp8_mma=True, max_seqlen_q=1, descale=(False, True, True))
     rows = fp8_mma_design(decode)
     assert rows.qk_rows and rows.q_groups == 16 and rows.label.endswith("+qkrows")
-    designs = {"rows": rows, "default": fp8_mma_design(decode.with_(qk_rows=False)),
+    designs = {"rows": rows, "default": fp8_mma_design(decode.with_(qk_rows=False, pv_transposed=False)),
                "anchor_exact": make_design("anchor_fp8")}
     err = {}
     for name, design in designs.items():

@@ -75,6 +75,112 @@ def test_transpose_lane_plan_covers_every_unit_without_bank_conflicts(tile_n):
     assert worst_load == 1 and worst_store == 1
 
 
+def _expected_vt(v: torch.Tensor, rows_valid: int, tile_n: int) -> torch.Tensor:
+    """Both warpgroups' Vt tiles (2, 256 * tile_n) bytes as the kernel must leave them."""
+    want = torch.zeros(2, 256 * tile_n, dtype=torch.uint8)
+    for w in range(2):
+        for d in range(256):
+            for k in range(tile_n):
+                key = key_of_k(k)
+                want[w, 4 * vt_word_index(d, k // 4, tile_n) + k % 4] = v[key, 256 * w + d] if key < rows_valid else 0
+    return want
+
+
+def _simulate_ldsm_transpose(v: torch.Tensor, rows_valid: int):
+    """Run `_transpose_ldsm`'s plan lane by lane on a model of ldmatrix.trans / prmt / stmatrix
+    (PTX ISA semantics). Returns the Vt image, every stored byte's write count, and the worst
+    bank-conflict degree of any 8-row matrix phase of the loads and of the stores."""
+    from cute_kernels.fp8_operands import (
+        LDSM_PER_THREAD, ldsm_source_row, stsm_selectors, stsm_target_row, tail_unit, transpose_tail_chunk,
+    )
+
+    tile_n = 64
+    smem = [0] * (tile_n * 512)  # the V stage as TMA swizzles it
+    for key in range(tile_n):
+        for d in range(512):
+            smem[16 * v_chunk_index(key, d // 16, tile_n) + d % 16] = int(v[key, d])
+    vt = [[0] * (256 * tile_n) for _ in range(2)]
+    writes = [[0] * (256 * tile_n) for _ in range(2)]
+    worst = {"load": 0, "store": 0}
+
+    def degree(addrs):  # 8 rows of 16 B: how many share a 16-byte bank column
+        cols = [(a // 16) % 8 for a in addrs]
+        return max(cols.count(c) for c in cols)
+
+    for wg in range(2):
+        for warp in range(4):
+            # `zero_keys_past`: the warp zeroes the V rows past rows_valid in its own chunks,
+            # which must be every chunk its ldmatrix reads, all 64 keys of them
+            units = [tail_unit(lane, transpose_tail_chunk(lane, warp, wg), s) for lane in range(32) for s in range(8)]
+            read = {ldsm_source_row(lane, warp, wg, it)[1] for lane in range(32) for it in range(LDSM_PER_THREAD)}
+            assert sorted(u for _, u in units) == sorted(v_chunk_index(k, c, tile_n) for k in range(64) for c in read)
+            for key, unit in units:
+                assert unit in {v_chunk_index(key, c, tile_n) for c in read}
+                if key >= rows_valid:
+                    smem[16 * unit: 16 * unit + 16] = [0] * 16
+            for it in range(LDSM_PER_THREAD):
+                addrs = [16 * v_chunk_index(*ldsm_source_row(lane, warp, wg, it), tile_n) for lane in range(32)]
+                words = [[0] * 4 for _ in range(32)]
+                for i in range(4):
+                    worst["load"] = max(worst["load"], degree(addrs[8 * i: 8 * i + 8]))
+                    rows = [smem[a: a + 16] for a in addrs[8 * i: 8 * i + 8]]
+                    for t in range(32):
+                        c, q = t // 4, t % 4
+                        b = [rows[2 * q][2 * c], rows[2 * q][2 * c + 1], rows[2 * q + 1][2 * c], rows[2 * q + 1][2 * c + 1]]
+                        words[t][i] = b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24
+                out = []
+                for t in range(32):
+                    s0, s1 = stsm_selectors(t)
+                    w = words[t]
+                    out.append([_prmt(w[0], w[1], s0), _prmt(w[0], w[1], s1), _prmt(w[2], w[3], s0), _prmt(w[2], w[3], s1)])
+                targets = []
+                for lane in range(32):
+                    d, j = stsm_target_row(lane, warp, it)
+                    targets.append(4 * vt_word_index(d, 4 * j, tile_n))
+                for i in range(4):
+                    worst["store"] = max(worst["store"], degree(targets[8 * i: 8 * i + 8]))
+                    for r in range(8):
+                        for q in range(4):
+                            for e in range(4):
+                                a = targets[8 * i + r] + 4 * q + e
+                                vt[wg][a] = (out[4 * r + q][i] >> (8 * e)) & 0xFF
+                                writes[wg][a] += 1
+    return torch.tensor(vt, dtype=torch.uint8), writes, worst
+
+
+@pytest.mark.parametrize("rows_valid", [64, 37, 1])
+def test_ldsm_transpose_plan_writes_the_vt_image_without_bank_conflicts(rows_valid):
+    # the tile_n=64 transpose (ldmatrix.trans, prmt, stmatrix) on a lane-by-lane model of the PTX
+    # instructions: the same Vt image as the key order and swizzle demand, every byte written
+    # once, every 8-row phase of a load or store on 8 distinct bank columns
+    g = torch.Generator().manual_seed(rows_valid)
+    v = torch.randint(0, 256, (64, 512), dtype=torch.uint8, generator=g)
+    vt, writes, worst = _simulate_ldsm_transpose(v, rows_valid)
+    assert all(n == 1 for half in writes for n in half)
+    assert torch.equal(vt, _expected_vt(v, rows_valid, 64))
+    assert worst == {"load": 1, "store": 1}
+
+
+def test_ldsm_transpose_addresses_match_the_plan():
+    # the kernel's per-lane base plus per-iteration XOR / immediate gives the planned rows, also
+    # on top of a stage base (1024-aligned) and a Vt base (64-aligned) as the kernel adds them
+    from cute_kernels.fp8_operands import (
+        LDSM_PER_THREAD, ldsm_iteration_offset, ldsm_lane_offset, ldsm_source_row, stsm_iteration_offset,
+        stsm_lane_offset, stsm_target_row,
+    )
+
+    for wg in range(2):
+        for warp in range(4):
+            for lane in range(32):
+                for it in range(LDSM_PER_THREAD):
+                    want_v = 16 * v_chunk_index(*ldsm_source_row(lane, warp, wg, it), 64)
+                    d, j = stsm_target_row(lane, warp, it)
+                    want_vt = 4 * vt_word_index(d, 4 * j, 64)
+                    for v_base, vt_base in ((0, 0), (3 * 32768 + 1024, 16384 + 64 * 5)):
+                        assert ldsm_iteration_offset(v_base + ldsm_lane_offset(lane, warp, wg), it) == v_base + want_v
+                        assert stsm_iteration_offset(vt_base + stsm_lane_offset(lane, warp), it) == vt_base + want_vt
+
+
 def _jit_eval(fn):
     """Run ``fn`` (plain Python using CuTe layouts) inside a traced function; returns its result."""
     import cutlass.cute as cute
@@ -211,13 +317,7 @@ def test_gpu_transpose_probe_matches_model(tile_n, rows_valid):
 
     g = torch.Generator().manual_seed(tile_n + rows_valid)
     v = torch.randint(0, 256, (tile_n, 512), dtype=torch.uint8, generator=g)
-    want = torch.zeros(2, 256 * tile_n, dtype=torch.uint8)
-    for w in range(2):
-        for d in range(256):
-            for k in range(tile_n):
-                key = key_of_k(k)
-                byte = 4 * vt_word_index(d, k // 4, tile_n) + k % 4
-                want[w, byte] = v[key, 256 * w + d] if key < rows_valid else 0
+    want = _expected_vt(v, rows_valid, tile_n)
     fn = _compile(TransposeProbe(tile_n), fake_args("transpose", tile_n))
     vt = torch.zeros(2, 256 * tile_n, dtype=torch.uint8, device="cuda")
     fn(v.cuda(), vt, rows_valid, torch.cuda.current_stream().cuda_stream)

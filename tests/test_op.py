@@ -123,9 +123,9 @@ def test_fp8_mma_alternates_for_multi_tile_sequences(seqlen_q, alternate):
     assert p.kernel == "fp8_mma" and p.config.vt_prepass is alternate and not p.config.pingpong
     assert p.config.qk_mode == ("alternate" if alternate else "split_d")
     decode_tile = seqlen_q * 8 <= 8  # one query x G=8 heads: k-steps in the spare M rows
-    assert p.config.qk_rows is decode_tile
+    assert p.config.qk_rows is decode_tile and p.config.pv_transposed is decode_tile
     assert p.config.key().endswith("-alternate-r24-240-vtp" if alternate else
-                                   "-split_d-r40-232-qkrows" if decode_tile else "-split_d-r40-232")
+                                   "-split_d-r40-232-qkrows-pvt" if decode_tile else "-split_d-r40-232")
     # the prepass's V^T scratch (B=2, Hkv=4, 512, 600 keys -> 640) is the plan's workspace
     assert p.workspace_bytes == (2 * 4 * 512 * 640 if alternate else 0)
 
