@@ -20,10 +20,12 @@ P (`p_to_fp8_a`)
 
 V (`transpose_v_half`)
     PV needs V^T K-major (keys contiguous per d row) in the same permuted key order, so the
-    transpose writes ``Vt[d, k] = V[key_of_k(k), d]``. A thread reads 16 d-bytes of the four
-    keys that land in one 4-byte word of Vt (16G + 2q + {0, 1, 8, 9}), transposes the 4 x 4 byte
-    blocks with 8 ``prmt`` each and writes 16 words. Rows at or past ``rows_valid`` are written
-    as zeros: a NaN bit pattern in an unused cache slot must not meet a zero P in the MMA.
+    transpose writes ``Vt[d, k] = V[key_of_k(k), d]``: at tile_n=64 with ``ldmatrix.trans``, two
+    ``prmt`` per word pair and ``stmatrix`` (`_transpose_ldsm`), at tile_n=32 with 16-byte loads
+    of the four keys of one Vt word, a 4 x 4 byte transpose in 8 ``prmt`` and 32-bit stores
+    (`_transpose_units`). Keys at or past ``rows_valid`` become zeros: a NaN bit pattern in an
+    unused cache slot must not meet a zero P in the MMA. (Decode tiles skip the Vt tile:
+    `decode_pv`.)
 
 P as an smem operand (`store_p_tile`)
     With ``qk_mode="alternate"`` one warpgroup's P is the other's A operand, read from smem by
@@ -256,13 +258,14 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
     one address per store out of the block loop and spill.
 
     tile_n=64 runs on ldmatrix.trans / stmatrix (`_transpose_ldsm`), tile_n=32 on 16-byte loads,
-    prmt and 32-bit stores (`_transpose_units`); both write the same Vt image. At tile_n=64 the
-    keys past ``rows_valid`` are zeroed in the V stage first, only in a block that has them
-    (`zero_keys_past`), so ``tail_branch`` only matters at tile_n=32.
-    Keys >= ``rows_valid`` are stored as zeros (None: all valid). Only a sequence's last block
-    has such keys; with ``tail_branch`` the zeroing (a select per loaded word) runs only there,
-    behind a warp-uniform branch. The second copy of the transpose costs registers: the split-d
-    variants spill 2-11 STL/LDL with it, so only the pingpong ones take it.
+    prmt and 32-bit stores (`_transpose_units`); both write the same Vt image.
+
+    Keys >= ``rows_valid`` are stored as zeros (None: all valid); only a sequence's last block
+    has such keys. At tile_n=64 they are zeroed in the V stage first, only in a block that has
+    them (`zero_keys_past`). At tile_n=32 the zeroing is a select per loaded word; with
+    ``tail_branch`` it runs only in the last block, behind a warp-uniform branch, at the cost
+    of a second copy of the transpose (the split-d variants spilled 2-11 STL/LDL with it, so
+    only the pingpong ones take it).
     """
     if const_expr(tile_n == 64):
         if const_expr(rows_valid is not None):
@@ -281,8 +284,7 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
 @cute.jit
 def _transpose_units(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32,
                      rows_valid, tile_n: cutlass.Constexpr[int]):
-    """`transpose_v_half` for tile_n=32 (and the reference plan for 64); ``rows_valid`` None: no
-    key is zeroed.
+    """`transpose_v_half` for tile_n=32; ``rows_valid`` None: no key is zeroed.
 
     Unit (word column w4, 16-byte d chunk): the four source keys of Vt columns 4 w4 .. 4 w4 + 3,
     16 bytes each, become 16 Vt words. Which thread takes which unit, and in which order it
