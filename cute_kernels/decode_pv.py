@@ -42,7 +42,7 @@ from cutlass import Float8E4M3FN, Float32, Int32, Uint32
 from cutlass.cute.nvgpu import warpgroup
 
 from .dsl_utils import byte_perm_var, ldmatrix_x4_trans
-from .fp8_operands import vt_word_index
+from .fp8_operands import PRMT_EVEN_D, PRMT_ODD_D, vt_word_index
 from .fragments import wgmma
 
 QUERIES = 8  # N of the transposed MMA: the decode tile's rows of real queries
@@ -52,7 +52,6 @@ PT_BYTES = QUERIES * 64  # one P^T buffer (8 rows x 64 keys e4m3)
 PT_BUFFERS = 2  # by block parity: written one block ahead of the MMA that reads it
 SLOT_O_SCALE = 2  # scale slots 0, 1: rescale factors per buffer; 2: the final 1 / row sum
 SMEM_BYTES = PT_BUFFERS * PT_BYTES + 3 * QUERIES * 4
-_EVEN_ROW, _ODD_ROW = 0x6420, 0x7531  # bytes 0 and 2 (d even) / 1 and 3 (d odd) of each word
 
 
 # -- the plan (Python or DSL ints) -----------------------------------------------------------
@@ -170,10 +169,10 @@ def load_vt(parts: PvtParts, sV_chunks: cute.Tensor, stage, wg, tidx_wg: Int32):
             w = ldmatrix_x4_trans(pvt_iteration_offset(v_row, m, kb))
             a = cute.recast_tensor(parts.vt[None, m, kb], Uint32)
             # words: (row r, keys 0-15), (row r + 8, 0-15), (row r, 16-31), (row r + 8, 16-31)
-            a[0] = byte_perm_var(w[0], w[1], _EVEN_ROW)
-            a[1] = byte_perm_var(w[0], w[1], _ODD_ROW)
-            a[2] = byte_perm_var(w[2], w[3], _EVEN_ROW)
-            a[3] = byte_perm_var(w[2], w[3], _ODD_ROW)
+            a[0] = byte_perm_var(w[0], w[1], PRMT_EVEN_D)
+            a[1] = byte_perm_var(w[0], w[1], PRMT_ODD_D)
+            a[2] = byte_perm_var(w[2], w[3], PRMT_EVEN_D)
+            a[3] = byte_perm_var(w[2], w[3], PRMT_ODD_D)
 
 
 @cute.jit

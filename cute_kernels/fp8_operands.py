@@ -328,7 +328,7 @@ def _transpose_units(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
 # Per 16 bytes of V: one ldmatrix, 4 prmt, one stmatrix (the tile_n=32 body: 13 instructions).
 LDSM_PER_THREAD = 8  # x4 ldmatrix / stmatrix pairs: (256 d x 64 keys) / 128 threads / 16 B
 LDSM_AHEAD = 1  # ldmatrix issued ahead of the first store: 2 x 4 words in flight
-_EVEN_ROW, _ODD_ROW = 0x6420, 0x7531  # bytes 0 and 2 (d even) / 1 and 3 (d odd) of each word
+PRMT_EVEN_D, PRMT_ODD_D = 0x6420, 0x7531  # bytes 0 and 2 (d even) / 1 and 3 (d odd) of each word
 
 
 def ldsm_source_row(lane, warp, wg, it: int):
@@ -358,8 +358,8 @@ def stsm_target_row(lane, warp, it: int):
 def stsm_selectors(lane):
     """prmt selectors (stmatrix words 0 and 2, words 1 and 3) of ``lane``: the even d row first,
     the odd one for lanes 16..31 (they hold rows 2c with c >= 4, see `stsm_target_row`)."""
-    swap = (lane >> 4) * (_EVEN_ROW ^ _ODD_ROW)
-    return _EVEN_ROW ^ swap, _ODD_ROW ^ swap
+    swap = (lane >> 4) * (PRMT_EVEN_D ^ PRMT_ODD_D)
+    return PRMT_EVEN_D ^ swap, PRMT_ODD_D ^ swap
 
 
 # The kernel forms the 16 addresses of a block from one register per side, so that nothing
@@ -448,6 +448,8 @@ __all__ = [
     "P_KEY_ORDER",
     "P_REGISTER_PERM",
     "P_TILE_BYTES",
+    "PRMT_EVEN_D",
+    "PRMT_ODD_D",
     "p_word_index",
     "key_of_k",
     "key_of_word_byte",

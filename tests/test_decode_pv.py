@@ -17,19 +17,7 @@ from cute_kernels.decode_pv import (
     pvt_lane_offset, pvt_source_row, pvt_tail_chunk,
 )
 from cute_kernels.fp8_operands import key_of_k, tail_unit, v_chunk_index, vt_word_index
-
-
-def _prmt(a: int, b: int, sel: int) -> int:
-    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
-    return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
-
-
-def _v_stage(v: torch.Tensor) -> list:
-    smem = [0] * (64 * 512)
-    for key in range(64):
-        for d in range(512):
-            smem[16 * v_chunk_index(key, d // 16, 64) + d % 16] = int(v[key, d])
-    return smem
+from ptx_model import bank_conflict_degree, ldmatrix_x4_trans, prmt, v_stage_bytes
 
 
 def test_lane_offsets_address_the_planned_rows():
@@ -48,7 +36,7 @@ def test_transposed_pv_computes_p_times_v(rows_valid):
     g = torch.Generator().manual_seed(rows_valid)
     v = torch.randint(0, 256, (64, 512), dtype=torch.int64, generator=g)
     p = torch.randint(0, 256, (QUERIES, 64), dtype=torch.int64, generator=g)
-    smem = _v_stage(v)
+    smem = v_stage_bytes(v)
     buf = 1
 
     # P^T from warp 0's e4m3 A fragment of P (row half 0 words): word w holds
@@ -82,16 +70,13 @@ def test_transposed_pv_computes_p_times_v(rows_valid):
                 for kb in range(K_STEPS):
                     addrs = [pvt_iteration_offset(pvt_lane_offset(lane, warp, wg), m, kb) for lane in range(32)]
                     for i in range(4):  # one bank column per row of each matrix
-                        assert len({(x // 16) % 8 for x in addrs[8 * i: 8 * i + 8]}) == 8
+                        assert bank_conflict_degree(addrs[8 * i: 8 * i + 8]) == 1
+                    loaded = ldmatrix_x4_trans(stage, addrs)
                     for t in range(32):
                         c, q = t // 4, t % 4
-                        words = []
-                        for i in range(4):  # ldmatrix.trans: keys 2q, 2q+1 of matrix i, d-bytes 2c, 2c+1
-                            rows = [stage[x: x + 16] for x in addrs[8 * i: 8 * i + 8]]
-                            bb = [rows[2 * q][2 * c], rows[2 * q][2 * c + 1], rows[2 * q + 1][2 * c], rows[2 * q + 1][2 * c + 1]]
-                            words.append(bb[0] | bb[1] << 8 | bb[2] << 16 | bb[3] << 24)
-                        frag = [_prmt(words[0], words[1], 0x6420), _prmt(words[0], words[1], 0x7531),
-                                _prmt(words[2], words[3], 0x6420), _prmt(words[2], words[3], 0x7531)]
+                        words = loaded[t]
+                        frag = [prmt(words[0], words[1], 0x6420), prmt(words[0], words[1], 0x7531),
+                                prmt(words[2], words[3], 0x6420), prmt(words[2], words[3], 0x7531)]
                         for i, word in enumerate(frag):  # e4m3 A fragment word i: (row half i & 1, k half i >> 1)
                             for e in range(4):
                                 a[16 * warp + c + 8 * (i & 1)][32 * kb + 16 * (i >> 1) + 4 * q + e] = (word >> (8 * e)) & 0xFF

@@ -17,6 +17,7 @@ import torch
 from cute_kernels.fp8_operands import (
     P_KEY_ORDER, P_REGISTER_PERM, key_of_k, key_of_word_byte, p_word_index, v_chunk_index, vt_word_index,
 )
+from ptx_model import bank_conflict_degree, ldmatrix_x4_trans, prmt, v_stage_bytes
 
 needs_dsl = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
 
@@ -30,12 +31,6 @@ def test_key_order_is_a_permutation_within_16_key_groups():
     assert sorted(P_REGISTER_PERM) == list(range(16))
 
 
-def _prmt(a: int, b: int, sel: int) -> int:
-    """PTX prmt.b32 (default mode) on Python ints."""
-    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
-    return sum(src[(sel >> (4 * i)) & 7] << (8 * i) for i in range(4))
-
-
 @pytest.mark.parametrize("p", range(4))
 def test_transpose_selectors_rotate_the_output_words(p):
     # output word k of the two-stage prmt transpose must be the transposed word k ^ p
@@ -45,9 +40,9 @@ def test_transpose_selectors_rotate_the_output_words(p):
     rows = [int(x) for x in torch.randint(0, 2**32, (4,), generator=g, dtype=torch.int64)]
     s = transpose_selectors_of(p)
     a, b, c, d = rows
-    lo = (_prmt(a, b, s[0]), _prmt(c, d, s[0]))
-    hi = (_prmt(a, b, s[1]), _prmt(c, d, s[1]))
-    outs = [_prmt(*lo, s[2]), _prmt(*lo, s[3]), _prmt(*hi, s[2]), _prmt(*hi, s[3])]
+    lo = (prmt(a, b, s[0]), prmt(c, d, s[0]))
+    hi = (prmt(a, b, s[1]), prmt(c, d, s[1]))
+    outs = [prmt(*lo, s[2]), prmt(*lo, s[3]), prmt(*hi, s[2]), prmt(*hi, s[3])]
     for k in range(4):
         assert outs[k] == sum(((rows[r] >> (8 * (k ^ p))) & 0xFF) << (8 * r) for r in range(4))
 
@@ -95,17 +90,10 @@ def _simulate_ldsm_transpose(v: torch.Tensor, rows_valid: int):
     )
 
     tile_n = 64
-    smem = [0] * (tile_n * 512)  # the V stage as TMA swizzles it
-    for key in range(tile_n):
-        for d in range(512):
-            smem[16 * v_chunk_index(key, d // 16, tile_n) + d % 16] = int(v[key, d])
+    smem = v_stage_bytes(v)
     vt = [[0] * (256 * tile_n) for _ in range(2)]
     writes = [[0] * (256 * tile_n) for _ in range(2)]
     worst = {"load": 0, "store": 0}
-
-    def degree(addrs):  # 8 rows of 16 B: how many share a 16-byte bank column
-        cols = [(a // 16) % 8 for a in addrs]
-        return max(cols.count(c) for c in cols)
 
     for wg in range(2):
         for warp in range(4):
@@ -120,25 +108,20 @@ def _simulate_ldsm_transpose(v: torch.Tensor, rows_valid: int):
                     smem[16 * unit: 16 * unit + 16] = [0] * 16
             for it in range(LDSM_PER_THREAD):
                 addrs = [16 * v_chunk_index(*ldsm_source_row(lane, warp, wg, it), tile_n) for lane in range(32)]
-                words = [[0] * 4 for _ in range(32)]
                 for i in range(4):
-                    worst["load"] = max(worst["load"], degree(addrs[8 * i: 8 * i + 8]))
-                    rows = [smem[a: a + 16] for a in addrs[8 * i: 8 * i + 8]]
-                    for t in range(32):
-                        c, q = t // 4, t % 4
-                        b = [rows[2 * q][2 * c], rows[2 * q][2 * c + 1], rows[2 * q + 1][2 * c], rows[2 * q + 1][2 * c + 1]]
-                        words[t][i] = b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24
+                    worst["load"] = max(worst["load"], bank_conflict_degree(addrs[8 * i: 8 * i + 8]))
+                words = ldmatrix_x4_trans(smem, addrs)
                 out = []
                 for t in range(32):
                     s0, s1 = stsm_selectors(t)
                     w = words[t]
-                    out.append([_prmt(w[0], w[1], s0), _prmt(w[0], w[1], s1), _prmt(w[2], w[3], s0), _prmt(w[2], w[3], s1)])
+                    out.append([prmt(w[0], w[1], s0), prmt(w[0], w[1], s1), prmt(w[2], w[3], s0), prmt(w[2], w[3], s1)])
                 targets = []
                 for lane in range(32):
                     d, j = stsm_target_row(lane, warp, it)
                     targets.append(4 * vt_word_index(d, 4 * j, tile_n))
                 for i in range(4):
-                    worst["store"] = max(worst["store"], degree(targets[8 * i: 8 * i + 8]))
+                    worst["store"] = max(worst["store"], bank_conflict_degree(targets[8 * i: 8 * i + 8]))
                     for r in range(8):
                         for q in range(4):
                             for e in range(4):
