@@ -1,5 +1,5 @@
 // fa512 native warm call: the eager op's per-call work in C++ for call signatures that the
-// Python path has already validated and planned (python/fa512/native.py).
+// Python path has already validated and planned (python/fa512/launch/native.py).
 //
 // A warm call through Python costs ~20 us of host time on an H200 host (signature, lookup,
 // views, lse allocation, tvm-ffi argument conversion; README "Host overhead"). Here the
@@ -12,13 +12,13 @@
 // a kernel without a recording runs through TVMFFIFunctionCall of the compiled kernel.
 //
 // Two entry points share the signature table and the launch:
-// - `run(call)`, from fa512.op.run_call (eager `fa512.attention`): (out, lse) after launching,
+// - `run(call)`, from fa512.launch.run.run (eager `fa512.attention`): (out, lse) after launching,
 //   None for an unknown signature or a call it declines, False for one registered as "Python
 //   only";
 // - the CUDA kernel of torch.ops.fa512.fwd (`fwd_boxed`): launches a registered signature,
-//   and runs the op's Python body (fa512.op.fwd_impl) for anything else.
+//   and runs the op's Python body (fa512.launch.run.run_positional) for anything else.
 // The Python side registers each signature after serving it (`register`, with what
-// fa512.native.launch_spec builds). Anything unusual (a tensor subclass, a scalar of another
+// fa512.launch.native.launch_spec builds). Anything unusual (a tensor subclass, a scalar of another
 // type, a misaligned pointer, FA512_DEBUG) goes to the Python path, which raises the error
 // when there is one.
 
@@ -57,7 +57,7 @@ constexpr std::array<int, 11> kTensorSlots = {Q, K, V, OUT, PAGE_TABLE, CU_K, CU
                                               Q_DESCALE, K_DESCALE, V_DESCALE};
 enum DescaleMode { AS_GIVEN = 0, SCALAR = 1, PER_HEAD = 2 };  // how a descale becomes (B, Hkv)
 
-// Everything the launch needs besides the tensors (fa512.native.launch_spec).
+// Everything the launch needs besides the tensors (fa512.launch.native.launch_spec).
 struct Direct;      // below: a kernel's recorded launch, replayed without its host function
 struct GraphCache;  // and the kernels of one signature as a graph per stream
 
@@ -82,7 +82,7 @@ struct Entry {
   int64_t batch = 0, num_kv_heads = 0;
   int64_t extents[4] = {};  // bytes q, k, v, out can touch from their data pointers
   PyObject* record = nullptr;       // dict merged into last_launch on every call
-  PyObject* last_launch = nullptr;  // fa512.op.last_launch
+  PyObject* last_launch = nullptr;  // fa512.launch.run.last_launch
   std::shared_ptr<Direct> direct_fwd, direct_combine, direct_prepass;  // null: the library has no launch shim
   std::shared_ptr<GraphCache> graphs = std::make_shared<GraphCache>();  // the kernels as one graph per stream
 };
@@ -100,7 +100,7 @@ struct KeyHash {
 
 // signature key -> launch; never destroyed (its graphs must not outlive the driver at exit)
 auto& g_entries = *new std::unordered_map<std::vector<int64_t>, Entry, KeyHash>;
-constexpr size_t kMaxEntries = 4096;  // as fa512.call_cache
+constexpr size_t kMaxEntries = 4096;  // as fa512.launch.memo
 uint64_t g_launches = 0;  // calls this module launched (tests assert the native path served)
 
 // A call's tensors by schema slot (nullptr for None and for the scalar slots).
@@ -320,7 +320,7 @@ bool ffi_call(void* fn, TVMFFIAny* args, int n, std::string& error) {
 // A compiled kernel's host function (DSL-generated) costs 6-9 us per call: argument checks, TMA
 // descriptor encoding, device/attribute calls and the launch. For one registered signature all
 // of it is the same on every call except the data pointers. Kernel libraries are linked through
-// a launch shim (python/fa512/launch_shim.py) that lets this module observe a launch instead of
+// a launch shim (python/fa512/backends/launch_shim.py) that lets this module observe a launch instead of
 // running it; the first native launch of a signature records the host function's launch once
 // with the call's pointers and once per tensor argument with that pointer moved, finds where
 // each pointer lands in the kernel parameters (a raw pointer, or the address inside a TMA
@@ -898,7 +898,7 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
       continue;
     }
     ddesc[i] = dl_of(*d);
-    if (e.descale_mode[i] != AS_GIVEN) {  // the (B, Hkv) broadcast view, as fa512.descales
+    if (e.descale_mode[i] != AS_GIVEN) {  // the (B, Hkv) broadcast view, as fa512.planning.descales
       desc_shape[i][0] = e.batch;
       desc_shape[i][1] = e.num_kv_heads;
       desc_strides[i][0] = 0;
@@ -965,10 +965,10 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   return Status::kLaunched;
 }
 
-// run(call: the op's 19 arguments as a tuple, out may be None) -> (out, lse) | None | False:
+// run(call: the op's 19 arguments as a tuple (fa512.call.Call), out may be None) -> (out, lse) | None | False:
 // None for a signature it does not know (or a call it declines), False for "Python only".
 PyObject* run(PyObject* /*self*/, PyObject* call) {
-  if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
+  if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
     PyErr_SetString(PyExc_TypeError, "fa512 native run: expected the op's 19 arguments as a tuple");
     return nullptr;
   }
@@ -1032,7 +1032,7 @@ PyObject* stage_times(PyObject* /*self*/, PyObject* pyargs) {
   return Py_BuildValue("(dddd)", g_stage_us[0] / n, g_stage_us[1] / n, g_stage_us[2] / n, g_stage_us[3] / n);
 }
 
-// The Python body of the op (fa512.op.fwd_impl): what the dispatcher entry falls back to.
+// The Python body of the op (fa512.launch.run.run_positional): what the dispatcher entry falls back to.
 PyObject* g_python_fwd = nullptr;
 
 PyObject* to_python(const c10::IValue& iv) {
@@ -1160,7 +1160,7 @@ std::shared_ptr<Direct> direct_for(PyObject* library) {
   return d;
 }
 
-// register(call, spec) with spec None ("Python only") or the tuple fa512.native.launch_spec builds:
+// register(call, spec) with spec None ("Python only") or the tuple fa512.launch.native.launch_spec builds:
 // (fwd, combine | None, softmax_scale, (window_left, window_right, max_seqlen_q, num_splits, trace),
 //  kv_fp8, alloc_out, lse_shape, o_part_shape, lse_part_shape, descale_modes, (batch, Hkv),
 //  prepass | None, vt_shape (4 ints | ()), extents, record, last_launch,
@@ -1277,7 +1277,7 @@ PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
 // parameters; attributes [ids])", "off: <why>" (the recording could not explain the launch);
 // the graph: "untried", "ready (N streams)" or "off: <why>".
 PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
-  if (!PyTuple_CheckExact(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
+  if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
     PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 19 arguments as a tuple");
     return nullptr;
   }
@@ -1331,7 +1331,7 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "fa512_native", "fa512's native wa
 }  // namespace
 
 // The dispatcher entry for CUDA tensors (the op is defined, with its Python body for every
-// device, by fa512.op; this kernel takes precedence on CUDA once the extension is loaded).
+// device, by fa512.api.op; this kernel takes precedence on CUDA once the extension is loaded).
 TORCH_LIBRARY_IMPL(fa512, CUDA, m) {
   m.impl("fwd", torch::CppFunction::makeFromBoxedFunction<&fwd_boxed>());
 }

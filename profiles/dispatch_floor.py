@@ -59,8 +59,8 @@ def build():
     """The probe module (``dispatch_us``); registers ``torch.ops.fa512_floor.fwd``."""
     from torch.utils import cpp_extension
 
-    from fa512.compile_cache import cache_dir
-    from fa512.op import SCHEMA
+    from fa512.backends.compile_cache import cache_dir
+    from fa512.api.op import SCHEMA
 
     build_dir = Path(os.environ.get("FA512_FLOOR_BUILD", cache_dir() / "dispatch_floor"))
     build_dir.mkdir(parents=True, exist_ok=True)

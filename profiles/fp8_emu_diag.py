@@ -16,7 +16,7 @@ sys.path.insert(0, "profiles")
 import torch  # noqa: E402
 
 import gpu_mma16_smoke as smoke  # noqa: E402
-from fa512.emulation import emulate_attention, make_design  # noqa: E402
+from fa512.numerics.emulation import emulate_attention, make_design  # noqa: E402
 
 
 def errors(out, lse, ref_out, ref_lse):

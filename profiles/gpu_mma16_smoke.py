@@ -362,7 +362,7 @@ def build(case: dict, seed: int = 0):
     import torch
 
     if case.get("family"):
-        from fa512.inputs import make_case
+        from fa512.tools.inputs import make_case
 
         made = make_case(case["family"], heads="31B", mode="decode", seqlen_k=case["seqlen_k"],
                          logit_std=case.get("logit_std"), seed=seed, device="cuda")
@@ -417,17 +417,17 @@ def prepare(q, k, v, kw, num_splits, config_changes=None, kernel: str = "mma16")
     """
     import torch
 
-    from fa512.backends import BACKENDS
-    from fa512.dispatch import make_plan, target_of
-    from fa512.validate import validate
-
+    from fa512.backends.registry import BACKENDS
+    from fa512.planning.dispatch import make_plan, target_of
+    from fa512.call import Call
+    from fa512.planning.validate import check
     backend = BACKENDS[kernel]
     target = target_of(q.device)
-    problem, args = validate(
+    problem, args = check(Call(
         q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], kw["max_seqlen_q"],
         kw["seqused_k"], kw["max_seqlen_k"], kw["softmax_scale"], kw["causal"], kw["window_left"],
         kw["window_right"], kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), 0, kernel,
-    )
+    ))
     if num_splits == "plan":
         num_splits = make_plan(problem, target, kernel, 0).num_splits
     why = backend.unavailable() or backend.unsupported(problem, target)
@@ -457,9 +457,9 @@ def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -
     """
     import torch
 
-    from fa512.emulation import anchor_on_h200_design, emulate_attention, fp8_mma_design, make_design
-    from fa512.inputs import needle_weights
-    from fa512.reference import attention_ref
+    from fa512.numerics.emulation import anchor_on_h200_design, emulate_attention, fp8_mma_design, make_design
+    from fa512.tools.inputs import needle_weights
+    from fa512.numerics.reference import attention_ref
 
     emu_out, emu_lse = emulate_attention(q, k, v, **kw, design=fp8_mma_design(config), num_splits=num_splits)
     ref_out, ref_lse = attention_ref(q, k, v, **kw)
@@ -481,7 +481,7 @@ def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -
 def compare(q, k, v, kw, out, lse, tol: float, lse_tol: float = TOL_LSE, ref_out=None, ref_lse=None) -> dict:
     import torch
 
-    from fa512.reference import attention_ref
+    from fa512.numerics.reference import attention_ref
 
     if ref_out is None:
         ref_out, ref_lse = attention_ref(q, k, v, **kw)
@@ -560,7 +560,7 @@ def step(name: str) -> None:
 
 def precompile(cfg, splits: int) -> None:
     """Load or compile the kernels a launch will use, so the kernel watchdog times the GPU only."""
-    from fa512 import compile_cache
+    from fa512.backends import compile_cache
 
     compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg.with_split(splits > 1)))
     if splits > 1:

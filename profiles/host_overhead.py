@@ -25,7 +25,7 @@ only when the GPU waits on the host, as in the ``decode_tiny`` cases). ``--profi
 cost of calling an op with fa512's schema (``profiles/dispatch_floor.py``: a no-op kernel, from
 Python and from the C++ dispatcher) beside ``fa512::fwd`` on both paths.
 
-Dev-VM numbers (stubbed, before and after the per-signature launchers) are in fa512/call_cache.py.
+Dev-VM numbers (stubbed, before and after the per-signature launchers) are in fa512/launch/memo.py.
 """
 
 from __future__ import annotations
@@ -90,9 +90,11 @@ def make_call(case: dict, device: str, hq: int = 32, hkv: int = 4) -> tuple:
     return q, k, torch.empty_like(k), kw
 
 
-def op_args(q, k, v, out, kw) -> tuple:
-    """The 19 positional arguments of torch.ops.fa512.fwd for the same call."""
-    return (
+def op_args(q, k, v, out, kw):
+    """The 19 arguments of torch.ops.fa512.fwd for the same call, as a `fa512.call.Call`."""
+    from fa512.call import Call
+
+    return Call(
         q, k, v, out, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], kw["max_seqlen_q"],
         kw["seqused_k"], kw["max_seqlen_k"], kw["softmax_scale"], kw["causal"], -1, -1, kw.get("q_descale"),
         kw.get("k_descale"), kw.get("v_descale"), kw["num_splits"], kw["kernel"],
@@ -144,31 +146,32 @@ def stubbed(ffi: bool = False):
     Yields {"fwd": StubKernel, "combine": StubKernel}; the fa512 caches (and the native warm
     call's signatures) are cleared on entry and exit so no launcher holding a stub outlives the
     block. ``ffi``: the kernels are the stubs as tvm-ffi functions, so the native warm call
-    (`fa512.native`) can launch them.
+    (`fa512.launch.native`) can launch them.
     """
-    from fa512 import call_cache, compile_cache, native
-    from fa512.backends import BACKENDS
-    from fa512.dispatch import Target
+    from fa512.backends import compile_cache
+    from fa512.backends.registry import BACKENDS
+    from fa512.launch import memo, native
+    from fa512.planning.dispatch import Target
 
     stubs = {"fwd": StubKernel("fwd", describe=ffi), "combine": StubKernel("combine", describe=ffi)}
     kernels = {name: (stub.ffi() if ffi else stub) for name, stub in stubs.items()}
     h200 = Target("cuda", (9, 0), 132)
     saved = [
-        (call_cache, "target_of", call_cache.target_of),
+        (memo, "target_of", memo.target_of),
         (compile_cache, "get_kernel", compile_cache.get_kernel),
         (BACKENDS["mma16"], "unavailable", None),  # an instance attribute shadowing the method
         (torch._C, "_cuda_getCurrentRawStream", getattr(torch._C, "_cuda_getCurrentRawStream", None)),
     ]
-    call_cache.target_of = lambda device: h200
+    memo.target_of = lambda device: h200
     compile_cache.get_kernel = lambda spec, target_arch=None: kernels[spec.kind]
     BACKENDS["mma16"].unavailable = lambda: None
     torch._C._cuda_getCurrentRawStream = lambda index: 0
-    call_cache.clear()
+    memo.clear()
     native.clear()
     try:
         yield stubs
     finally:
-        call_cache.clear()
+        memo.clear()
         native.clear()
         for obj, name, value in saved:
             if value is None:
@@ -214,8 +217,7 @@ def _rounds(api, q, k, v, kw, out, repeats, calls, cuda) -> tuple[list, list]:
 
 def measure(case: str, api: str, device: str, repeats: int = 101, calls: int = 32, warmup: int = 20) -> dict:
     """us per warm call: host (perf_counter) and, on a GPU, device (CUDA events); median and min."""
-    from fa512 import op
-
+    from fa512.launch.run import last_launch
     q, k, v, kw = make_call(CASES[case], device)
     out = torch.empty_like(q)
     _loop(api, q, k, v, kw, out, warmup)
@@ -225,7 +227,7 @@ def measure(case: str, api: str, device: str, repeats: int = 101, calls: int = 3
         host, dev = _rounds(api, q, k, v, kw, out, repeats, calls, cuda)
     finally:
         gc.enable()
-    row = dict(case=case, api=api, kernel=op.last_launch.get("kernel"), num_splits=op.last_launch.get("num_splits"),
+    row = dict(case=case, api=api, kernel=last_launch.get("kernel"), num_splits=last_launch.get("num_splits"),
                host_us_median=statistics.median(host), host_us_min=min(host))
     if cuda:
         row.update(device_us_median=statistics.median(dev), device_us_min=min(dev))
@@ -267,15 +269,17 @@ def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, roun
     torch pieces a launch uses. Where the pieces add up to less than ``run``, the rest is glue.
     ``floor``: also the op called through ``torch.ops`` and through the C++ dispatcher, each
     beside a no-op kernel with the same schema (`dispatch_floor`)."""
-    from fa512 import call_cache, native, op
+    from fa512.launch import memo, native
+    from fa512.launch.run import run
 
     q, k, v, kw = make_call(CASES[case], device)
     out = torch.empty_like(q)
     args = op_args(q, k, v, out, kw)
-    op.run(args)
-    op.run(args)  # the first call registers the signature with the native warm call
-    launcher, fargs = call_cache.lookup(args)
-    state = launcher.launch_state  # fa512.cute_backend.LaunchState
+    run(args)
+    run(args)  # the first call registers the signature with the native warm call
+    launcher = memo.launcher_for(args)
+    fargs = launcher.args(args)
+    state = getattr(launcher, "state", None)  # fa512.backends.cute.LaunchState
     fwd = state.fwd if state else None
     kk, vv = (k.view(torch.uint8), v.view(torch.uint8)) if k.dtype == torch.float8_e4m3fn else (k, v)
     lse = torch.empty(state.lse_shape, dtype=torch.float32, device=q.device) if state else None
@@ -286,9 +290,9 @@ def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, roun
                     fargs.q_descale, fargs.k_descale, fargs.v_descale, *state.scalars, raw_stream(q.device.index or 0))
     launch_only = None  # the same variant cut after its launch (`Sm90FwdConfig.stage`): host cost of the call itself
     if ffi_args is not None and device == "cuda":
-        from fa512 import compile_cache
+        from fa512.backends import compile_cache
 
-        cfg = launcher.config.with_split(False).with_(stage="launch")
+        cfg = launcher.plan.config.with_split(False).with_(stage="launch")
         launch_only = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
     small = torch.zeros(16, device=q.device)
     mod = native.loaded()
@@ -296,9 +300,9 @@ def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, roun
 
     def python_path():
         with native.bypassed():
-            op.run(args)
+            run(args)
 
-    def native_mode(mode):  # the native call with kernels launched one way (fa512.launch_shim)
+    def native_mode(mode):  # the native call with kernels launched one way (fa512.backends.launch_shim)
         def call():
             previous = mod.set_direct(mode)
             try:
@@ -308,8 +312,8 @@ def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, roun
         return call
 
     pieces = {
-        "run (whole eager op body)": lambda: op.run(args),
-        "native warm call alone (C++, fa512.native)": (lambda: mod.run(args)) if mod else None,
+        "run (whole eager op body)": lambda: run(args),
+        "native warm call alone (C++, fa512.launch.native)": (lambda: mod.run(args)) if mod else None,
         "native call, kernels' host functions (direct launch off)": native_mode(0) if mod else None,
         "native call, recorded launch via the DSL runtime": native_mode(1) if mod else None,
         "native call, recorded launch via cuLaunchKernelEx": native_mode(2) if mod else None,
@@ -318,10 +322,9 @@ def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, roun
         "reference: small.add_(1) (one torch kernel launch)": lambda: small.add_(1),
         "op: torch.ops.fa512.fwd (Python call)": lambda: torch.ops.fa512.fwd(*args),
         "op floor: no-op kernel, same schema, torch.ops": (lambda: torch.ops.fa512_floor.fwd(*args)) if floor else None,
-        "signature": lambda: call_cache._signature(args),
-        "lookup (signature + dict + overlap + args)": lambda: call_cache.lookup(args),
-        "launch (backend)": lambda: launcher.launch(launcher, fargs, out),
-        "launcher.fast (warm launch on the raw call)": (lambda: launcher.fast(args)) if launcher.fast else None,
+        "signature": lambda: memo.signature(args),
+        "memo lookup (signature + dict + overlap check)": lambda: memo.launcher_for(args),
+        "launcher (descale views + launch)": lambda: launcher(args),
         "compiled fwd call alone": (lambda: fwd(*ffi_args)) if ffi_args else None,
         "compiled fwd call, kernel cut after launch": (lambda: launch_only(*ffi_args)) if launch_only else None,
         "torch.empty lse": lambda: torch.empty((32, 64), dtype=torch.float32, device=q.device),
@@ -394,7 +397,7 @@ def main(argv=None) -> int:
     stub = args.stub or not torch.cuda.is_available()
     device = "cpu" if stub else "cuda"
     cases = args.case or list(CASES)
-    from fa512 import native
+    from fa512.launch import native
 
     why = native.unavailable()  # builds the extension here, outside the timed loops
     print(f"# {'stubbed kernel, CPU tensors' if stub else torch.cuda.get_device_name()}; torch {torch.__version__}; "

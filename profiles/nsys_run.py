@@ -193,7 +193,7 @@ def run_workload(args, device) -> dict:
     import torch
 
     import fa512
-    from fa512.inputs import make_bench_case
+    from fa512.tools.inputs import make_bench_case
 
     shape = resolve_shape(args)
     kv_dtype = torch.float8_e4m3fn if args.kv == "fp8" else torch.bfloat16

@@ -120,7 +120,7 @@ def run_correctness(case):
         q = (q.float() * 0.15).to(q_dtype)
     out = torch.full_like(q, float("nan"))
     o, lse = fa512.attention(q, k, v, out=out, kernel="triton", softmax_scale=scale, **kw, **extra)
-    plan_splits = fa512.op.last_launch["num_splits"]
+    plan_splits = fa512.launch.run.last_launch["num_splits"]
     ro, rl = fa512.attention_ref(q, k, v, softmax_scale=scale, **kw, **extra)
     err = ((o.double() - ro).norm() / ro.norm()).item()
     fin = torch.isfinite(rl)
@@ -157,7 +157,7 @@ SWEEP = {
 
 def kernel_breakdown(name, changes=None, iters=8):
     """Mean device time per launch of each Triton kernel (torch.profiler), in microseconds."""
-    from fa512 import triton_fwd
+    from fa512.backends import triton_fwd
     from torch.profiler import ProfilerActivity, profile
 
     sets, _, _ = speed_setup(name, changes)
@@ -180,10 +180,10 @@ def kernel_breakdown(name, changes=None, iters=8):
 def speed_setup(name, changes=None, max_sets=None):
     """(plans_and_args per input set, bytes, flops) for one speed case and config change."""
     import fa512
-    from fa512 import splits as fsplits
-    from fa512.api import default_bounds
-    from fa512.validate import validate
-
+    from fa512.planning import splits as fsplits
+    from fa512.call import default_bounds
+    from fa512.call import Call
+    from fa512.planning.validate import check
     spec = SPEED[name]
     q_dtype = torch.bfloat16
     kv_dtype = torch.float8_e4m3fn if spec["kv"] == "fp8" else torch.bfloat16
@@ -195,11 +195,11 @@ def speed_setup(name, changes=None, max_sets=None):
         kw["causal"] = spec.get("causal", False)
         kw["softmax_scale"] = D ** -0.5
         plan = fa512.plan(q, k, v, kernel="triton", **kw)
-        msq, msk, scale = default_bounds(q, k, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["max_seqlen_q"],
+        msq, msk, scale = default_bounds(q, k, kw.get("page_table"), kw["max_seqlen_q"],
                                          kw["max_seqlen_k"], kw["softmax_scale"])
-        problem, args = validate(q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], msq,
+        problem, args = check(Call(q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], msq,
                                  kw["seqused_k"], msk, scale, kw["causal"], -1, -1, kw.get("q_descale"),
-                                 kw.get("k_descale"), kw.get("v_descale"), 0, "triton")
+                                 kw.get("k_descale"), kw.get("v_descale"), 0, "triton"))
         changes = dict(changes or {})
         forced_splits = changes.pop("splits", None)
         cfg = dataclasses.replace(plan.config, **changes)
@@ -223,7 +223,7 @@ def speed_setup(name, changes=None, max_sets=None):
 
 
 def warm_speed(name, changes):
-    from fa512 import triton_fwd
+    from fa512.backends import triton_fwd
 
     sets, _, _ = speed_setup(name, changes, max_sets=1)
     plan, args, out = sets[0]
@@ -247,7 +247,7 @@ def load_alt_module(path):
 
 
 def time_speed(name, changes=None, reps=30, graph=True, module=None):
-    from fa512 import triton_fwd
+    from fa512.backends import triton_fwd
 
     triton_fwd = module or triton_fwd
 

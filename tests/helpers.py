@@ -98,7 +98,10 @@ def naive_attention(q, keys, values, scale, causal=False, window_left=-1, window
 
 
 def op_args(q, k, v, out, kw, **over):
-    """The op's 19 positional arguments in schema order, with test defaults (causal, descales)."""
+    """The op's 19 arguments as a `fa512.call.Call` (schema order), with test defaults (causal,
+    descales)."""
+    from fa512.call import Call
+
     a = dict(
         page_table=kw.get("page_table"), cu_seqlens_k=kw.get("cu_seqlens_k"), cu_seqlens_q=kw["cu_seqlens_q"],
         max_seqlen_q=kw["max_seqlen_q"], seqused_k=kw["seqused_k"], max_seqlen_k=kw["max_seqlen_k"],
@@ -106,4 +109,4 @@ def op_args(q, k, v, out, kw, **over):
         k_descale=torch.tensor([0.5, 2.0]), v_descale=torch.tensor(1.5), num_splits=0, kernel="auto",
     )
     a.update(over)
-    return (q, k, v, out, *a.values())
+    return Call(q, k, v, out, *a.values())

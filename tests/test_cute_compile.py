@@ -82,7 +82,7 @@ def test_register_budget_fits_the_cta_pool():
 
 
 def test_sass_register_pool_check():
-    from fa512.compile_cli import register_pool_problem
+    from fa512.tools.compile import register_pool_problem
 
     assert register_pool_problem(["DEALLOC.CTAPOOL:24", "TRY_ALLOC.CTAPOOL:240"], 168, 384) is None
     assert "wait forever" in register_pool_problem(["DEALLOC.CTAPOOL:32", "TRY_ALLOC.CTAPOOL:240"], 168, 384)
@@ -275,7 +275,7 @@ def test_block_ranges_and_masks_match_the_contract(seed):
     """Every tile/split visits exactly the visible keys; boundary blocks are the masked ones."""
     import random
 
-    from fa512.reference import split_key_ranges
+    from fa512.numerics.reference import split_key_ranges
 
     rng = random.Random(seed)
     for _ in range(40):
@@ -368,8 +368,8 @@ def quarters_of(cfg) -> int:
 @needs_dsl
 @pytest.mark.parametrize("cfg, shapes", COMPILE_CASES, ids=[c.key() for c, _ in COMPILE_CASES])
 def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
-    from fa512.compile_cache import KernelSpec, compile_spec
-    from fa512.compile_cli import inspect_cubin
+    from fa512.backends.compile_cache import KernelSpec, compile_spec
+    from fa512.tools.compile import inspect_cubin
 
     res = compile_spec(KernelSpec("fwd", cfg), "sm_90a")
     assert ".target sm_90a" in res.ptx
@@ -424,8 +424,8 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
 @pytest.mark.parametrize("stage, trace", [("setup", False), ("load", True), ("qk", False)])
 def test_diagnostic_stages_compile(stage, trace, tmp_path):
     """The cuts profiles/gpu_mma16_smoke.py --diag launches compile; the trace writes sys-scope."""
-    from fa512.compile_cache import KernelSpec, compile_spec
-    from fa512.compile_cli import inspect_cubin
+    from fa512.backends.compile_cache import KernelSpec, compile_spec
+    from fa512.tools.compile import inspect_cubin
 
     cfg = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8, stage=stage, trace=trace)
     res = compile_spec(KernelSpec("fwd", cfg), "sm_90a")
@@ -447,8 +447,8 @@ def register_ok(rep) -> bool:
 
 @needs_dsl
 def test_combine_compiles(tmp_path):
-    from fa512.compile_cache import KernelSpec, compile_spec
-    from fa512.compile_cli import inspect_cubin
+    from fa512.backends.compile_cache import KernelSpec, compile_spec
+    from fa512.tools.compile import inspect_cubin
 
     res = compile_spec(KernelSpec("combine", "bf16"), "sm_90a")
     cubin = tmp_path / "c.cubin"
@@ -461,8 +461,8 @@ def test_combine_compiles(tmp_path):
 @needs_dsl
 @pytest.mark.parametrize("page_size", [64, 0], ids=["paged64", "packed"])
 def test_vt_prepass_compiles(page_size, tmp_path):
-    from fa512.compile_cache import KernelSpec, compile_spec
-    from fa512.compile_cli import inspect_cubin
+    from fa512.backends.compile_cache import KernelSpec, compile_spec
+    from fa512.tools.compile import inspect_cubin
 
     spec = KernelSpec("vt_prepass", page_size)
     res = compile_spec(spec, "sm_90a")
@@ -495,7 +495,7 @@ def test_compile_cli_in_worker_processes(tmp_path):
 _LOAD_SNIPPET = textwrap.dedent(
     """
     import sys, time
-    from fa512.compile_cache import KernelSpec, get_kernel  # imports torch (not timed)
+    from fa512.backends.compile_cache import KernelSpec, get_kernel  # imports torch (not timed)
     t0 = time.perf_counter()
     fn = get_kernel(KernelSpec("combine", "f16"))
     print(time.perf_counter() - t0, "cutlass" in sys.modules, type(fn).__name__)
@@ -543,7 +543,7 @@ def test_kernel_libraries_link_the_launch_shim(tmp_path):
     import ctypes
     import shutil
 
-    from fa512 import compile_cache, launch_shim
+    from fa512.backends import compile_cache, launch_shim
 
     if not (shutil.which("objcopy") and shutil.which("nm") and shutil.which("gcc")):
         pytest.skip("needs objcopy, nm and gcc")
@@ -567,7 +567,7 @@ def test_kernel_libraries_link_the_launch_shim(tmp_path):
 def test_corrupt_entry_is_quarantined(tmp_path, monkeypatch):
     if not HAS_DSL:
         pytest.skip("nvidia-cutlass-dsl not installed")
-    from fa512 import compile_cache
+    from fa512.backends import compile_cache
 
     monkeypatch.setenv("FA512_CACHE_DIR", str(tmp_path))
     spec = compile_cache.KernelSpec("combine", "bf16")
@@ -627,16 +627,16 @@ def make_case(*, dtype=torch.bfloat16, kv_dtype=None, hq=32, hkv=4, q_lens=(5,),
 
 
 def run_mma16(q, k, v, kw, num_splits=1, config=None):
-    from fa512.cute_backend import Mma16Backend
-    from fa512.dispatch import target_of
-    from fa512.validate import validate
-
+    from fa512.backends.cute import Mma16Backend
+    from fa512.planning.dispatch import target_of
+    from fa512.call import Call
+    from fa512.planning.validate import check
     backend = Mma16Backend()
-    problem, args = validate(
+    problem, args = check(Call(
         q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], kw["max_seqlen_q"],
         kw["seqused_k"], kw["max_seqlen_k"], kw["softmax_scale"], kw["causal"], kw["window_left"],
         kw["window_right"], kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), num_splits, "mma16",
-    )
+    ))
     target = target_of(q.device)
     why = backend.unavailable() or backend.unsupported(problem, target)
     assert why is None, why
@@ -653,7 +653,7 @@ FP8_MMA_TOL = (8e-2, 1.0)
 
 
 def check_against_reference(q, k, v, kw, out, lse, tol=None, lse_tol=TOL_LSE):
-    from fa512.reference import attention_ref
+    from fa512.numerics.reference import attention_ref
 
     ref_out, ref_lse = attention_ref(q, k, v, **kw)
     err = ((out.double() - ref_out).norm() / ref_out.norm().clamp_min(1e-30)).item()
@@ -721,13 +721,12 @@ def test_gpu_cuda_graph_replay_with_new_lengths():
                                                        (torch.float8_e4m3fn, 1, "fp8_mma")])
 def test_gpu_auto_dispatch_runs_the_routed_kernel(kv_dtype, seqlen_q, kernel):
     import fa512
-    from fa512 import op
-
+    from fa512.launch.run import last_launch
     q, k, v, kw = make_case(kv_dtype=kv_dtype, q_lens=(seqlen_q,), k_lens=(1000,), page_size=64, causal=True)
-    op.last_launch.clear()
+    last_launch.clear()
     out, lse = fa512.attention(q, k, v, **kw)
     torch.cuda.synchronize()
-    assert op.last_launch["kernel"] == kernel
+    assert last_launch["kernel"] == kernel
     if kernel == "fp8_mma":
         check_against_reference(q, k, v, kw, out, lse, *FP8_MMA_TOL)
     else:

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from fa512.emulation import (
+from fa512.numerics.emulation import (
     E4M3_MAX,
     emulate_attention,
     make_design,
@@ -17,8 +17,8 @@ from fa512.emulation import (
     round_e4m3,
     to_e4m3,
 )
-from fa512.inputs import make_case
-from fa512.reference import attention_ref
+from fa512.tools.inputs import make_case
+from fa512.numerics.reference import attention_ref
 
 F32 = torch.float32
 
@@ -52,7 +52,7 @@ def test_to_e4m3_rounds_to_nearest_even_and_saturates():
 
 
 def test_gmma_fp8_aligns_each_k_step_to_its_largest_term():
-    from fa512.emulation import gmma_fp8
+    from fa512.numerics.emulation import gmma_fp8
 
     def step(a_vals, b_vals, acc=None, bits=13):
         a = torch.tensor([list(a_vals) + [0.0] * (32 - len(a_vals))])
@@ -109,7 +109,7 @@ def test_pow2_exponent_matches_the_kernels_bit_rule():
     # cute_kernels.fp8_operands.q_scale_exponent mirrors the kernel's integer arithmetic on the
     # fp32 bits of amax (pure Python, no DSL); the emulation derives k with frexp.
     from cute_kernels.fp8_operands import q_scale_exponent
-    from fa512.emulation import pow2_scale_exponent
+    from fa512.numerics.emulation import pow2_scale_exponent
 
     g = torch.Generator().manual_seed(1)
     amax = (torch.randn(3000, generator=g).abs() * torch.exp(torch.randn(3000, generator=g) * 20)).float()
@@ -358,7 +358,7 @@ def test_power_of_two_descales_fold_exactly(design):
 def test_blocked_form_equals_the_kernel_loop(design, monkeypatch):
     # The default path evaluates all key blocks at once; the block-by-block loop (used by the
     # acc_bits model) is the kernel's order. They must agree to fp32 rounding, masks and splits included.
-    from fa512 import emulation
+    from fa512.numerics import emulation
 
     case = make_case("gemma", heads=(8, 2), mode="chunked", batch=2, seqlen_k=700, q_len=24, seed=8,
                      window_left=300, vary_lengths=True)
@@ -402,8 +402,8 @@ def test_gpu_fp8_mma_row_sums_add_the_rounded_p(shape):
     # of its design, whose sums add the e4m3 P (`OnlineSoftmax.sum_e4m3`), and ~1e-3 away from
     # the same design summing the fp32 P (decode case on the CPU, 2026-11-30: median 1.3e-3).
     import fa512
-    from fa512 import op
-    from fa512.emulation import fp8_mma_design
+    from fa512.launch.run import last_launch
+    from fa512.numerics.emulation import fp8_mma_design
 
     kw = dict(heads="31B", batch=2, logit_std=3.0, seed=3)
     if shape == "decode_split":
@@ -413,8 +413,8 @@ def test_gpu_fp8_mma_row_sums_add_the_rounded_p(shape):
         case = make_case("gaussian", mode="prefill", seqlen_k=700, **kw).to("cuda")
         extra = {}
     _, lse = fa512.attention(case.q, case.k, case.v, **case.kwargs(), kernel="fp8_mma", **extra)
-    config, splits = op.last_launch["config"], op.last_launch["num_splits"] or 1
-    assert op.last_launch["kernel"] == "fp8_mma" and splits == extra.get("num_splits", 1)
+    config, splits = last_launch["config"], last_launch["num_splits"] or 1
+    assert last_launch["kernel"] == "fp8_mma" and splits == extra.get("num_splits", 1)
     assert config.qk_rows if shape == "decode_split" else config.qk_mode == "alternate"
     design = fp8_mma_design(config.with_split(splits > 1))
     assert design.sum_rounded_p
@@ -429,7 +429,7 @@ def test_gpu_fp8_mma_row_sums_add_the_rounded_p(shape):
 
 def test_fp8_mma_design_follows_the_launched_variant():
     from cute_kernels.config import PV_PROMOTE_MIN_KEYS, default_config
-    from fa512.emulation import GMMA_FP8_BITS, fp8_mma_design
+    from fa512.numerics.emulation import GMMA_FP8_BITS, fp8_mma_design
 
     cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
                          fp8_mma=True, max_seqlen_k=PV_PROMOTE_MIN_KEYS)
@@ -444,7 +444,7 @@ def test_gmma_fp8_reproduces_the_h200_bit_for_bit():
     """Outputs of FP8 GEMMs run on an H200 (tests/data/README.md) against the model."""
     import os
 
-    from fa512.emulation import GMMA_FP8_BITS, gmma_fp8
+    from fa512.numerics.emulation import GMMA_FP8_BITS, gmma_fp8
 
     data = torch.load(os.path.join(os.path.dirname(__file__), "data", "h200_qgmma_probe.pt"))
     assert len(data) == 4
@@ -463,9 +463,9 @@ def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
     costs the most, it lands below the anchor design with exact accumulation, and below the
     default variant's 8-step accumulation (CPU, seeded; 4096 keys: 1.97e-2 / 2.07e-2 / 2.17e-2
     on 2026-11-30)."""
-    from fa512.emulation import emulate_attention, fp8_mma_design, make_design
-    from fa512.inputs import make_case
-    from fa512.reference import attention_ref
+    from fa512.numerics.emulation import emulate_attention, fp8_mma_design, make_design
+    from fa512.tools.inputs import make_case
+    from fa512.numerics.reference import attention_ref
     from fa512.tools.ab import error_metrics
     from cute_kernels.config import default_config
 

@@ -314,7 +314,7 @@ def test_gpu_transpose_probe_matches_model(tile_n, rows_valid):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_quantize_probe_matches_emulation(dtype):
     from cute_kernels.fp8_operand_probe import QuantizeProbe, fake_args
-    from fa512.emulation import quantize_q_rows
+    from fa512.numerics.emulation import quantize_q_rows
 
     g = torch.Generator().manual_seed(7)
     q = torch.randn(64, 512, generator=g) * torch.exp(torch.randn(64, 1, generator=g) * 3)

@@ -1,4 +1,4 @@
-"""profiles/host_overhead.py: its stubbed run is the mma16 warm path (launcher + launch state)."""
+"""profiles/host_overhead.py: its stubbed run is the mma16 warm path (memo, launcher, launch state)."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fa512
-from fa512 import call_cache, op
+from fa512.launch import memo, run
 from helpers import load_profile
 
 
@@ -30,8 +30,8 @@ def test_warm_calls_reach_the_stub_kernel_with_each_calls_tensors(ho):
         out2 = torch.empty_like(q2)
         kw["k_descale"].fill_(3.0)
         _, lse = fa512.attention(q2, k2, v2, **kw, out=out2)
-        (launcher,) = call_cache._cache.values()  # out=None and a contiguous out: one signature
-        assert launcher.launch_state is not None and op.last_launch["kernel"] == "mma16"
+        assert memo.size() == 1  # out=None and a contiguous out: one signature
+        assert run.last_launch["kernel"] == "mma16"
         a = stubs["fwd"].last_args
         assert stubs["fwd"].calls == 2 and stubs["combine"].calls == 0
         assert a[0] is q2 and a[3] is out2 and a[4] is lse and lse.shape == (32, 3)
@@ -58,7 +58,7 @@ def test_op_and_attention_share_the_launcher(ho):
         out = torch.empty_like(q)
         fa512.attention(q, k, v, **kw, out=out)
         torch.ops.fa512.fwd(*ho.op_args(q, k, v, out, kw))
-        assert len(call_cache._cache) == 1 and stubs["fwd"].calls == 2
+        assert memo.size() == 1 and stubs["fwd"].calls == 2
 
 
 def test_alignment_is_checked_on_warm_calls(ho):
@@ -72,11 +72,11 @@ def test_alignment_is_checked_on_warm_calls(ho):
 
 
 def test_stubbed_restores_what_it_patched(ho):
-    before = (call_cache.target_of, hasattr(torch._C, "_cuda_getCurrentRawStream"))
+    before = (memo.target_of, hasattr(torch._C, "_cuda_getCurrentRawStream"))
     with ho.stubbed():
-        assert call_cache.target_of(torch.device("cpu")).is_sm90
-    assert (call_cache.target_of, hasattr(torch._C, "_cuda_getCurrentRawStream")) == before
-    assert "unavailable" not in vars(fa512.backends.BACKENDS["mma16"])
+        assert memo.target_of(torch.device("cpu")).is_sm90
+    assert (memo.target_of, hasattr(torch._C, "_cuda_getCurrentRawStream")) == before
+    assert "unavailable" not in vars(fa512.backends.registry.BACKENDS["mma16"])
 
 
 def test_main_writes_rows_for_every_entry_point(ho, tmp_path, capsys):
@@ -88,23 +88,22 @@ def test_main_writes_rows_for_every_entry_point(ho, tmp_path, capsys):
     assert "decode_tiny" in capsys.readouterr().out
 
 
-def test_fast_launch_passes_what_the_generic_launch_passes(ho):
-    """A warm call goes through `Launcher.fast`; it must hand the kernel exactly the arguments
-    `Mma16Backend.launch` would (tensors by identity or same data, scalars, stream)."""
+def test_warm_launch_passes_what_a_one_off_launch_passes(ho):
+    """A warm call goes through the memo's `CuteLauncher`; it must hand the kernel exactly the
+    arguments a one-off `Mma16Backend.launch` of the same plan would (tensors by identity or
+    same data, scalars, stream)."""
     with ho.stubbed() as stubs:
         q, k, v, kw = _small(ho)
         out = torch.empty_like(q)
         call = ho.op_args(q, k, v, out, kw)
-        op.run(call)  # cold: validates, plans, sets launcher.fast
-        launcher, args = call_cache.lookup(call, allow_fast=True)
-        assert args is None and launcher.fast is not None
-        op.run(call)
-        fast_args = stubs["fwd"].last_args
-        launcher, args = call_cache.lookup(call)
-        launcher.launch(launcher, args, out)
+        run.run(call)  # cold: checks, plans, builds the launcher
+        run.run(call)
+        warm_args = stubs["fwd"].last_args
+        launcher = memo.launcher_for(call)
+        fa512.backends.registry.BACKENDS["mma16"].launch(launcher.plan, launcher.args(call), out)
         slow_args = stubs["fwd"].last_args
-        assert stubs["fwd"].calls == 3 and len(fast_args) == len(slow_args)
-        for i, (a, b) in enumerate(zip(fast_args, slow_args)):
+        assert stubs["fwd"].calls == 3 and len(warm_args) == len(slow_args)
+        for i, (a, b) in enumerate(zip(warm_args, slow_args)):
             if i == 4:  # lse: a fresh tensor per call
                 assert a.shape == b.shape and a.dtype == b.dtype and a is not b
             elif isinstance(a, torch.Tensor):
@@ -116,5 +115,5 @@ def test_fast_launch_passes_what_the_generic_launch_passes(ho):
 def test_breakdown_times_every_piece_on_the_stub(ho, capsys):
     assert ho.main(["--case", "decode_tiny", "--stub", "--breakdown"]) == 0
     text = capsys.readouterr().out
-    for piece in ("run (whole eager op body)", "signature", "launcher.fast", "torch.empty lse"):
+    for piece in ("run (whole eager op body)", "signature", "memo lookup", "launcher (descale views", "torch.empty lse"):
         assert piece in text

@@ -1,4 +1,4 @@
-"""The native warm call (csrc/fast_call.cpp, fa512.native): it launches what the Python path
+"""The native warm call (csrc/fast_call.cpp, fa512.launch.native): it launches what the Python path
 launches, declines what it must leave to Python, and (GPU) gives bit-identical results."""
 
 import os
@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import fa512
-from fa512 import call_cache, native, op
+from fa512.launch import memo, native
+from fa512.launch.run import last_launch
 from helpers import load_profile, op_args
 
 
@@ -45,7 +46,7 @@ def test_native_launch_passes_what_the_python_launch_passes(mod, ho, name, given
         assert mod.size() == 1
         before = mod.launches()
         out_n, lse_n = fa512.attention(q, k, v, **kw, out=out)  # warm: native
-        assert mod.launches() == before + 1 and op.last_launch["kernel"] == "mma16"
+        assert mod.launches() == before + 1 and last_launch["kernel"] == "mma16"
         native_calls = {n: (s.calls, s.last_desc) for n, s in stubs.items()}
         with native.bypassed():
             out_p, lse_p = fa512.attention(q, k, v, **kw, out=out)
@@ -104,7 +105,7 @@ def test_unknown_changed_and_python_only_signatures(mod, ho):
     kw["kernel"] = "reference"
     for _ in range(2):
         out, lse = fa512.attention(q, k, v, **kw)
-    assert mod.run(ho.op_args(q, k, v, None, kw)) is False and op.last_launch["kernel"] == "reference"
+    assert mod.run(ho.op_args(q, k, v, None, kw)) is False and last_launch["kernel"] == "reference"
 
 
 def test_direct_launch_state_and_stage_times_on_cpu(mod, ho):
@@ -135,7 +136,7 @@ def test_fa512_debug_takes_the_python_path(mod, ho, monkeypatch):
             fa512.attention(q, k, v, **kw)
         call = ho.op_args(q, k, v, None, kw)
         monkeypatch.setenv("FA512_DEBUG", "1")
-        assert mod.run(call) is None  # declined: op.run_call then runs the debug checks
+        assert mod.run(call) is None  # declined: fa512.launch.run then runs the debug checks
         monkeypatch.setenv("FA512_DEBUG", "0")
         before = stubs["fwd"].calls
         assert isinstance(mod.run(call), tuple) and stubs["fwd"].calls == before + 1
@@ -161,7 +162,7 @@ def _gpu_case(kind: str):
     """A decode call on the GPU (31B heads, paged KV), with the fa512 signature caches cleared;
     "fp8_mma_prefill": two prefill sequences of 19 and 5 M tiles (V^T from the prepass), NaN
     bit patterns in the V cache slots past seqused_k."""
-    call_cache.clear()
+    memo.clear()
     native.clear()
     if kind == "fp8_mma_prefill":
         return _gpu_prefill_case()
@@ -220,7 +221,7 @@ def test_gpu_native_results_are_bit_identical(mod, kind):
     fa512.attention(q, k, v, **kw)  # cold
     before = mod.launches()
     out_n, lse_n = fa512.attention(q, k, v, **kw)
-    assert mod.launches() == before + 1 and op.last_launch["kernel"] == kw["kernel"]
+    assert mod.launches() == before + 1 and last_launch["kernel"] == kw["kernel"]
     with native.bypassed():
         out_p, lse_p = fa512.attention(q, k, v, **kw)
     torch.cuda.synchronize()
@@ -238,7 +239,7 @@ def test_gpu_direct_launch_replays_the_recorded_launch_with_new_pointers(mod, ki
     q, k, v, kw = _gpu_case(kind)
     fa512.attention(q, k, v, **kw)  # cold: the Python path registers the signature
     # forward (+ combine) (+ the V^T prepass)
-    kernels = (2 if op.last_launch["num_splits"] > 1 else 1) + int(op.last_launch["config"].vt_prepass)
+    kernels = (2 if last_launch["num_splits"] > 1 else 1) + int(last_launch["config"].vt_prepass)
     d0, g0 = mod.direct_launches(), mod.graph_launches()
     fa512.attention(q, k, v, **kw)  # records, builds the graph, launches it
     state = mod.direct_state(_gpu_op_args(q, k, v, None, kw))
@@ -312,11 +313,11 @@ def test_gpu_vt_prepass_is_bit_identical_to_the_in_kernel_transpose(mod):
     # The prepass writes V^T in the key order and with the zeroed tail the in-kernel transpose
     # produces; the forward kernel's TMA load recreates its shared-memory image. Same output,
     # bit for bit, on NaN-filled unused cache slots (zeroed, never reaching O).
-    from fa512.backends import BACKENDS
+    from fa512.backends.registry import BACKENDS
 
     q, k, v, kw = _gpu_case("fp8_mma_prefill")
     out_vt, lse_vt = fa512.attention(q, k, v, **kw)
-    assert op.last_launch["kernel"] == "fp8_mma" and op.last_launch["config"].vt_prepass
+    assert last_launch["kernel"] == "fp8_mma" and last_launch["config"].vt_prepass
     out = torch.empty_like(q)
     launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
     in_kernel = launcher.config.with_(vt_prepass=False, qk_mode="duplicate", pingpong=True)  # the pingpong layout's
@@ -332,12 +333,12 @@ def test_gpu_alternating_warpgroups_are_bit_identical_to_the_duplicated_qk(mod):
     # softmax state to the other through smem; the arithmetic and its order are those of the
     # duplicated QK with pingpong, so the output is the same bit for bit (an odd and an even number
     # of key blocks: the last block is either warpgroup's).
-    from fa512.backends import BACKENDS
+    from fa512.backends.registry import BACKENDS
 
     q, k, v, kw = _gpu_case("fp8_mma_prefill")
     out_alt, lse_alt = fa512.attention(q, k, v, **kw)
-    config = op.last_launch["config"]
-    assert op.last_launch["kernel"] == "fp8_mma" and config.qk_mode == "alternate" and config.vt_prepass
+    config = last_launch["config"]
+    assert last_launch["kernel"] == "fp8_mma" and config.qk_mode == "alternate" and config.vt_prepass
     out = torch.empty_like(q)
     launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
     lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=config.with_(qk_mode="duplicate", pingpong=True))
@@ -377,7 +378,7 @@ def test_gpu_op_entry_launches_registered_signatures_and_falls_back_to_python(mo
     before = mod.launches()
     lse = torch.ops.fa512.fwd(*args)
     torch.cuda.synchronize()
-    assert mod.launches() == before + 1 and op.last_launch["kernel"] == "fp8_mma"
+    assert mod.launches() == before + 1 and last_launch["kernel"] == "fp8_mma"
     assert torch.equal(lse, lse_cold) and torch.equal(out, out_cold)
     bad = args[:12] + (-3,) + args[13:]  # window_left -3: the Python body's ValueError comes through
     with pytest.raises(ValueError, match="window_left"):
@@ -398,7 +399,7 @@ def test_prebuilt_library_is_loaded_from_fa512_native_lib(mod, tmp_path):
     import subprocess
     import sys
 
-    code = ("from fa512 import native; m = native.module(); "
+    code = ("from fa512.launch import native; m = native.module(); "
             "print(m.__file__, native.unavailable(), m.size())")
     env = dict(os.environ, FA512_NATIVE_LIB=mod.__file__, FA512_CACHE_DIR=str(tmp_path))
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)

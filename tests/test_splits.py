@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fa512 import MAX_SPLITS
-from fa512.splits import fa3_num_splits, key_blocks, plan_num_splits, split_model, workspace_bytes
+from fa512.planning.splits import fa3_num_splits, key_blocks, plan_num_splits, split_model, workspace_bytes
 
 
 def plan(**over):

@@ -21,10 +21,10 @@ import pytest
 import torch
 
 import fa512
-from fa512.api import default_bounds
-from fa512.dispatch import Target, make_plan
-from fa512.validate import validate
-
+from fa512.call import default_bounds
+from fa512.planning.dispatch import Target, make_plan
+from fa512.call import Call
+from fa512.planning.validate import check
 D = 512
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRET = DEVICE == "cpu"
@@ -34,9 +34,9 @@ def _import_interpreted_triton_fwd():
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        if "fa512.triton_fwd" in sys.modules:
-            return importlib.reload(sys.modules["fa512.triton_fwd"])
-        return importlib.import_module("fa512.triton_fwd")
+        if "fa512.backends.triton_fwd" in sys.modules:
+            return importlib.reload(sys.modules["fa512.backends.triton_fwd"])
+        return importlib.import_module("fa512.backends.triton_fwd")
     finally:
         if previous is None:
             del os.environ["TRITON_INTERPRET"]
@@ -44,7 +44,7 @@ def _import_interpreted_triton_fwd():
             os.environ["TRITON_INTERPRET"] = previous
 
 
-triton_fwd = _import_interpreted_triton_fwd() if INTERPRET else importlib.import_module("fa512.triton_fwd")
+triton_fwd = _import_interpreted_triton_fwd() if INTERPRET else importlib.import_module("fa512.backends.triton_fwd")
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +110,7 @@ def run_and_check(q, k, v, kw, tol=None, **extra):
     """Run kernel="triton" into a NaN-poisoned out and compare every written row with the reference."""
     out = torch.full_like(q, float("nan"))
     o, lse = fa512.attention(q, k, v, out=out, kernel="triton", **kw, **extra)
-    assert fa512.op.last_launch["kernel"] == "triton"
+    assert fa512.launch.run.last_launch["kernel"] == "triton"
     ref_kw = {n: x for n, x in {**kw, **extra}.items() if n not in ("num_splits",)}
     ro, rl = fa512.attention_ref(q, k, v, **ref_kw)
     check(o, lse, ro, rl, kw["cu_seqlens_q"], q.dtype if tol is None else tol)
@@ -205,7 +205,7 @@ def test_splits(num_splits):
                             page_size=64, seed=num_splits)
     o, lse = run_and_check(q, k, v, kw, num_splits=num_splits, softmax_scale=0.05,
                            k_descale=torch.tensor([0.9], device=DEVICE))
-    assert fa512.op.last_launch["num_splits"] == num_splits
+    assert fa512.launch.run.last_launch["num_splits"] == num_splits
     assert torch.isinf(lse[:, 4]).all() and (o[4] == 0).all()
 
 
@@ -261,14 +261,14 @@ def test_strided_views():
 def _direct_launch(q, k, v, kw, config_changes, **extra):
     """Run triton_fwd.launch with a modified config (a path the heuristic picks only on GPUs)."""
     kw = {**kw, **extra}
-    msq, msk, scale = default_bounds(q, k, kw.get("page_table"), kw.get("cu_seqlens_k"), kw.get("max_seqlen_q"),
+    msq, msk, scale = default_bounds(q, k, kw.get("page_table"), kw.get("max_seqlen_q"),
                                      kw.get("max_seqlen_k"), kw.pop("softmax_scale", None))
-    problem, args = validate(
+    problem, args = check(Call(
         q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], msq, kw["seqused_k"], msk,
         scale, kw.get("causal", False), kw.get("window_left", -1), kw.get("window_right", -1),
         kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), kw.get("num_splits", 0), "triton",
-    )
-    plan = make_plan(problem, fa512.dispatch.target_of(q.device), "triton", kw.get("num_splits", 0))
+    ))
+    plan = make_plan(problem, fa512.planning.dispatch.target_of(q.device), "triton", kw.get("num_splits", 0))
     plan = dataclasses.replace(plan, config=dataclasses.replace(plan.config, **config_changes))
     out = torch.full_like(q, float("nan"))
     lse = triton_fwd.launch(plan, args, out)
@@ -328,11 +328,11 @@ def test_spy_kernel_and_combine_ran(monkeypatch):
     q, k, v, kw = make_case([1, 1], [80, 30], hq=4, hkv=1, kv_dtype=torch.float8_e4m3fn, page_size=16, seed=2)
 
     run_and_check(q, k, v, kw, num_splits=1)
-    assert fa512.op.last_launch["kernel"] == "triton"
+    assert fa512.launch.run.last_launch["kernel"] == "triton"
     assert len(fwd_spy.grids) == 1 and combine_spy.grids == []
 
     run_and_check(q, k, v, kw, num_splits=3)
-    assert fa512.op.last_launch == {**fa512.op.last_launch, "kernel": "triton", "num_splits": 3}
+    assert fa512.launch.run.last_launch == {**fa512.launch.run.last_launch, "kernel": "triton", "num_splits": 3}
     assert len(fwd_spy.grids) == 2 and len(combine_spy.grids) == 1
     assert fwd_spy.grids[1][1] == 1 * 3  # Hkv * splits programs on grid axis 1
 

@@ -3,12 +3,11 @@
 ``import fa512`` registers ``torch.ops.fa512.fwd``. Start with `fa512.attention` and `fa512.plan`.
 """
 
-from . import op as _op  # noqa: F401  (registers torch.ops.fa512.fwd)
-from .api import DEFAULT_SOFTMAX_SCALE, attention, plan
-from .dispatch import Plan, Target
+from .api.attention import attention, plan  # importing it registers torch.ops.fa512.fwd
+from .contract import DEFAULT_SOFTMAX_SCALE, HEAD_DIM, KERNEL_NAMES, MAX_SPLITS
 from .errors import KernelUnavailableError
-from .reference import attention_ref, merge_partials
-from .validate import HEAD_DIM, KERNEL_NAMES, MAX_SPLITS
+from .numerics.reference import attention_ref, merge_partials
+from .planning.dispatch import Plan, Target
 
 __version__ = "0.1.0"
 

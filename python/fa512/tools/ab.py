@@ -1,9 +1,9 @@
 """``python -m fa512 ab``: accuracy A/B of kernels and numeric designs against float64.
 
-Every case is a fresh seeded problem (`fa512.inputs`) with an fp8 KV cache. On each, the
+Every case is a fresh seeded problem (`fa512.tools.inputs`) with an fp8 KV cache. On each, the
 float64 reference (fed the same fp8 K/V and descales) is compared with:
 
-- the numeric emulations (`fa512.emulation`), always, CPU or GPU: ``emu:dequant`` (the
+- the numeric emulations (`fa512.numerics.emulation`), always, CPU or GPU: ``emu:dequant`` (the
   dequant control, mma16 on fp8 KV), ``emu:fa512_fp8`` (fp8_mma's design), ``emu:fa512_fp8+2q``
   (its two-term-Q accuracy mode), ``emu:anchor_fp8`` (the vLLM fork's FP8 design) and, on the
   logit-scale sweep, ``emu:fa512_fp8[exactQ]`` (P rounding alone);
@@ -38,7 +38,7 @@ import torch
 
 EMU_ENTRIES = ("emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8")
 EXACT_Q_ENTRY = "emu:fa512_fp8[exactQ]"
-# the anchor design on the same tensor cores (`fa512.emulation.anchor_on_h200_design`)
+# the anchor design on the same tensor cores (`fa512.numerics.emulation.anchor_on_h200_design`)
 ANCHOR_HW_ENTRY = "emu:anchor_fp8@h200"
 # (label, kernel name, kv dtype name, matching emulation entry or None)
 KERNEL_VARIANTS = (
@@ -54,7 +54,7 @@ DEQUANT_KERNEL = "mma16[fp8kv]"
 
 @dataclass
 class CaseSpec:
-    """One A/B case: which sweep it belongs to and the arguments of `fa512.inputs.make_case`."""
+    """One A/B case: which sweep it belongs to and the arguments of `fa512.tools.inputs.make_case`."""
 
     sweep: str  # "scale" | "context" | "coverage" | "mask"
     family: str
@@ -71,7 +71,7 @@ class CaseSpec:
     extra: dict = field(default_factory=dict)
 
     def make(self, device):
-        from ..inputs import make_case
+        from .inputs import make_case
 
         return make_case(
             self.family, heads=self.heads, mode=self.mode, batch=self.batch, seqlen_k=self.seqlen_k,
@@ -189,7 +189,7 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor, rows: int) -> float:
 def _emulation_designs(sweep: str):
     import dataclasses
 
-    from ..emulation import anchor_on_h200_design, make_design
+    from ..numerics.emulation import anchor_on_h200_design, make_design
 
     designs = {
         "emu:dequant": make_design("dequant"),
@@ -222,10 +222,10 @@ def _sync(device):
 def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
     """All entries of one case: list of row dicts (metrics + case description)."""
     import fa512
-    from .. import op
-    from ..emulation import emulate_attention, fp8_mma_design
-    from ..inputs import needle_weights
-    from ..reference import attention_ref
+    from ..launch.run import launched
+    from ..numerics.emulation import emulate_attention, fp8_mma_design
+    from .inputs import needle_weights
+    from ..numerics.reference import attention_ref
 
     case = spec.make(device)
     rows_n = case.valid_rows
@@ -285,8 +285,9 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
             results.append({**base, "entry": label, "kind": "error", "error": f"{type(exc).__name__}: {msg}"})
             continue
         seconds = time.perf_counter() - t0
-        extra = {"ran": op.last_launch.get("kernel"), "num_splits": op.last_launch.get("num_splits")}
-        variant = op.last_launch.get("config")
+        ran = launched()
+        extra = {"ran": ran.get("kernel"), "num_splits": ran.get("num_splits")}
+        variant = ran.get("config")
         if kernel == "fp8_mma" and variant is not None:
             # distance from the exact numerics of the variant that ran (H200 FP8 accumulation)
             splits = extra["num_splits"] or 1
@@ -520,7 +521,7 @@ def describe_device(device) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..inputs import FAMILIES
+    from .inputs import FAMILIES
 
     parser.add_argument("--quick", action="store_true", help="a small subset: ~20 s on a 2-core CPU (what CI runs)")
     parser.add_argument("--out", default=os.path.join("out", "ab"), help="directory for ab.json and the PNG plots (default out/ab)")
@@ -541,8 +542,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ..backends import BACKENDS
-    from ..inputs import FAMILIES
+    from ..backends.registry import BACKENDS
+    from .inputs import FAMILIES
 
     families = [f for f in args.families.split(",") if f]
     bad = [f for f in families if f not in FAMILIES]

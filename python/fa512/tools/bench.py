@@ -307,7 +307,7 @@ def measure_ceilings(timer: CeilingTimer) -> dict:
 
 
 def _make_set(point: Point, heads: str, kv: str, seed: int, device):
-    from ..inputs import make_bench_case
+    from .inputs import make_bench_case
 
     case = make_bench_case(
         heads=heads, q_lens=[point.q_len] * point.batch, k_lens=[point.seqlen_k] * point.batch,
@@ -321,7 +321,7 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
     import gc
 
     import fa512
-    from ..inputs import resolve_heads
+    from .inputs import resolve_heads
 
     label, kernel, kv = variant
     hq, hkv = resolve_heads(heads)
@@ -539,7 +539,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _selected(args) -> tuple:
-    from ..inputs import resolve_heads
+    from .inputs import resolve_heads
 
     hq, hkv = resolve_heads(args.heads)
     wanted = [k for k in args.kernels.split(",") if k]

@@ -34,8 +34,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from .emulation import E4M3_MAX, to_e4m3
-from .validate import HEAD_DIM
+from ..contract import HEAD_DIM
+from ..numerics.emulation import E4M3_MAX, to_e4m3
 
 GEMMA4_HEADS = {"31B": (32, 4), "26B-A4B": (16, 2), "E2B": (8, 1)}
 FAMILIES = ("gaussian", "gemma", "retrieval", "sink")

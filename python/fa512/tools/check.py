@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .api import attention, plan
-from .errors import KernelUnavailableError
-from .reference import attention_ref
+from ..api.attention import attention, plan
+from ..errors import KernelUnavailableError
+from ..numerics.reference import attention_ref
 
 GEMMA4_HEADS = {"31B": (32, 4), "26B-A4B": (16, 2), "E2B": (8, 1)}
 KERNELS = ("fp8_mma", "mma16", "triton", "reference")

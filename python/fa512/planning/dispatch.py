@@ -17,10 +17,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .backends import BACKENDS
-from .errors import KernelUnavailableError
-from .splits import PER_CTA_BW_SHARE, plan_num_splits, workspace_bytes
-from .validate import Problem
+from ..backends.registry import BACKENDS
+from ..errors import KernelUnavailableError
+from .problem import Problem
+from .splits import PER_CTA_BW_SHARE, plan_num_splits
 
 
 @dataclass(frozen=True)
@@ -188,4 +188,4 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
     return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target)
 
 
-__all__ = ["Plan", "Route", "ROUTES", "Target", "make_plan", "target_of", "workspace_bytes"]
+__all__ = ["Plan", "ROUTES", "Route", "Target", "make_plan", "target_of"]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .validate import HEAD_DIM, MAX_SPLITS
+from ..contract import HEAD_DIM, MAX_SPLITS
 
 DEVICE_BW = 4.3e12  # bytes/s, H200 device-to-device copy (read + write), 2026-10-28
 # Default for a kernel that does not say: one CTA streams at most this many times its fair

@@ -167,7 +167,7 @@ def register_pool_problem(setmaxnreg: list, reg: int, threads: int) -> Optional[
 def _specs(short: bool, only: Optional[str]):
     from cute_kernels.config import variant_list
 
-    from .compile_cache import KernelSpec
+    from ..backends.compile_cache import KernelSpec
 
     variants = variant_list(full=not short)
     specs = [KernelSpec("fwd", cfg) for cfg in variants]
@@ -187,7 +187,7 @@ def _expected_mma(spec) -> Optional[str]:
 
 def _compile_and_inspect(spec, arch: str, out: Path) -> "SassReport":
     """One spec: compile, write its cubin (and SASS) under ``out``, check it. Runs in a worker."""
-    from .compile_cache import compile_spec
+    from ..backends.compile_cache import compile_spec
 
     try:
         res = compile_spec(spec, arch)
@@ -240,7 +240,7 @@ def format_table(reports) -> str:
 
 
 def cli(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fa512.compile_cli", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m fa512.tools.compile", description=__doc__)
     add_arguments(parser)
     return main(parser.parse_args(argv))
 

@@ -40,8 +40,13 @@ from typing import Any, Callable, Optional
 from . import launch_shim
 
 DEFAULT_ARCH = "sm_90a"
-_ROOT = Path(__file__).resolve().parents[2]
-_KERNEL_DIR = _ROOT / "cute_kernels"
+
+def _kernel_dir() -> Path:
+    """The cute_kernels package directory (a sibling of fa512 in a checkout and when installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cute_kernels")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -251,7 +256,7 @@ def fingerprint() -> str:
     global _FINGERPRINT
     if _FINGERPRINT is None:
         h = hashlib.sha256()
-        for path in sorted(_KERNEL_DIR.glob("*.py")):
+        for path in sorted(_kernel_dir().glob("*.py")):
             h.update(path.name.encode())
             h.update(path.read_bytes())
         for dist in ("nvidia-cutlass-dsl", "apache-tvm-ffi"):
@@ -368,7 +373,7 @@ _LIBRARIES: dict = {}  # id(fn) -> (fn, the .so it was loaded from)
 def library_of(fn: Callable) -> Optional[str]:
     """The shared library a kernel `get_kernel` returned was loaded from (None: compiled in
     memory, a ``.o``, or any other callable); the native warm call looks for the launch shim
-    there (`fa512.launch_shim`)."""
+    there (`fa512.backends.launch_shim`)."""
     entry = _LIBRARIES.get(id(fn))
     return entry[1] if entry is not None and entry[0] is fn else None
 

@@ -1,7 +1,7 @@
-"""The native warm call: ``csrc/fast_call.cpp`` as a torch extension, used by `fa512.op`.
+"""The native warm call: ``csrc/fast_call.cpp`` as a torch extension, used by `fa512.launch.run`.
 
 A warm eager call whose signature the Python path has served before (validated, planned,
-launched: `fa512.call_cache`) is handled in C++: signature key, lookup, the out/q/k/v overlap
+launched: `fa512.launch.memo`) is handled in C++: signature key, lookup, the out/q/k/v overlap
 check, DLTensor arguments (e4m3 K/V as uint8, descales as (B, Hkv) broadcasts: no torch view
 ops), the lse / split workspace allocation and the tvm-ffi calls of the compiled kernels. The
 Python path registers each signature after serving it (`register`): SM90 CuTe DSL launches
@@ -9,10 +9,10 @@ with everything they need, any other signature as "Python only".
 
 The extension also registers the CUDA kernel of ``torch.ops.fa512.fwd``: a registered
 signature launches there without entering Python; any other call runs the op's Python body
-(`fa512.op.fwd_impl`), which registers it.
+(`fa512.launch.run.run_positional`, set by `fa512.api.op`), which registers it.
 
 Direct launch: for kernels loaded from a library linked with the launch shim
-(`fa512.launch_shim`), the first native call of a signature records the kernel's launch and the
+(`fa512.backends.launch_shim`), the first native call of a signature records the kernel's launch and the
 places of its data pointers in the parameters, and later calls launch from that recording
 instead of the DSL-generated host function (`launch_spec` passes each kernel's library path).
 Graph launch: once every kernel of a signature has a recording, its kernels (V^T prepass,
@@ -45,16 +45,26 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-SOURCE = Path(__file__).resolve().parents[2] / "csrc" / "fast_call.cpp"
+SOURCE = Path(__file__).resolve().parents[3] / "csrc" / "fast_call.cpp"
 _DESCALE_MODE_CODES = {None: 0, "scalar": 1, "per_head": 2}  # fast_call.cpp DescaleMode
 
 _module = None
 _reason: Optional[str] = None
 _tried = False
+_python_fwd = None  # the op's Python body, for the op's CUDA entry's other calls
+
+
+def set_python_fwd(fn) -> None:
+    """What the op's C++ entry runs for a signature it does not know (`fa512.api.op` sets its
+    body here when it registers the op, so this module imports nothing above it)."""
+    global _python_fwd
+    _python_fwd = fn
+    if _module is not None:
+        _module.set_python_fwd(fn)
 
 
 def _build_dir(torch_version: str, tvm_ffi_version: str) -> Path:
-    from .compile_cache import cache_dir
+    from ..backends.compile_cache import cache_dir
 
     h = hashlib.sha256(SOURCE.read_bytes())
     h.update(f"{torch_version}|{sys.version_info[:2]}|{tvm_ffi_version}".encode())
@@ -111,9 +121,8 @@ def module():
     else:
         try:
             _module = _load_prebuilt(prebuilt) if prebuilt else _load()
-            from .op import fwd_impl
-
-            _module.set_python_fwd(fwd_impl)  # what the op's CUDA entry runs for other calls
+            if _python_fwd is not None:
+                _module.set_python_fwd(_python_fwd)
         except Exception as exc:  # a missing compiler / ninja / header: the Python path serves
             _reason = f"build failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
             warnings.warn(f"fa512: native warm call unavailable ({_reason}); using the Python path", stacklevel=2)
@@ -143,12 +152,12 @@ def unavailable() -> Optional[str]:
 
 
 def launch_spec(launcher, alloc_out: bool, last_launch: dict) -> Optional[tuple]:
-    """What `register` hands to C++ for a launcher whose backend kept a launch state
-    (`fa512.cute_backend.Mma16Backend`); None for any other launcher (Python only)."""
-    if launcher.native_state is None:
+    """What `register` hands to C++ for a launcher with a ``native_spec``
+    (`fa512.backends.cute.CuteLauncher`); None for any other launcher (Python only)."""
+    if launcher.native_spec is None:
         return None
     (fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape, prepass, vt_shape,
-     libraries) = launcher.native_state
+     libraries) = launcher.native_spec
     if not all(hasattr(f, "__chandle__") for f in (fwd, combine, prepass) if f is not None):
         return None  # not tvm-ffi functions (e.g. FA512_NO_DISK_CACHE's in-memory DSL objects)
     modes = tuple(_DESCALE_MODE_CODES[m] for m in launcher.descale_modes)
@@ -188,4 +197,4 @@ def main(args) -> int:
     return 0
 
 
-__all__ = ["module", "loaded", "bypassed", "unavailable", "register", "launch_spec", "clear", "SOURCE"]
+__all__ = ["SOURCE", "bypassed", "clear", "launch_spec", "loaded", "module", "register", "set_python_fwd", "unavailable"]

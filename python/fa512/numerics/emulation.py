@@ -30,7 +30,7 @@ Designs (`make_design`):
 
 Every design folds softmax_scale, q_descale and k_descale (and its own Q row scale) into
 one fp32 exp2 scale per row, and applies v_descale / row_sum once at the end, as the kernels
-do. Masks, GQA, paging, descales and splits follow `fa512.reference` (its helpers are reused).
+do. Masks, GQA, paging, descales and splits follow `fa512.numerics.reference` (its helpers are reused).
 
 Not modelled unless asked: the reduced-precision accumulation of FP8 wgmma (``acc_bits``, see
 `gmma_fp8`: each k=32 step aligns its 32 products and the accumulator to the largest exponent
@@ -53,9 +53,11 @@ import torch
 
 from cute_kernels.config import E4M3_MAX, P_OFFSET_FP8
 
-from .errors import arg_error
+from ..call import make_call
+from ..errors import arg_error
+from ..planning.problem import FwdArgs, Problem
+from ..planning.validate import check
 from .reference import _gather_kv, _visible, merge_partials, split_key_ranges
-from .validate import FwdArgs, Problem
 
 # The kernel's constants (cute_kernels.config, pure Python): e4m3's largest finite value and the
 # log2 offset added to P before its e4m3 conversion in fa512_fp8 (P in [0, 2^8], so only
@@ -532,7 +534,7 @@ def emulate_forward(
 
     Parameters
     ----------
-    problem, args : from `fa512.validate.validate`.
+    problem, args : from `fa512.planning.validate.check`.
     design : a name in `DESIGN_NAMES` or a `Design`.
     num_splits : split-KV pieces (`split_key_ranges` over 64-key blocks, as the kernels cut them
         whatever their tile), each emulated alone and merged in fp32 as the combine kernel does.
@@ -651,8 +653,6 @@ def emulate_attention(
     ...                              page_table=pt, softmax_scale=1.0, causal=True,
     ...                              k_descale=kd, v_descale=vd, design="fa512_fp8")
     """
-    from .api import validate_call
-
     if isinstance(design, str):
         design = make_design(design)
     changes = {}
@@ -664,12 +664,12 @@ def emulate_attention(
         changes["acc_bits"] = acc_bits
     if changes:
         design = dataclasses.replace(design, **changes)
-    problem, args = validate_call(
+    problem, args = check(make_call(
         q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
         window_left=window_left, window_right=window_right, q_descale=q_descale, k_descale=k_descale,
         v_descale=v_descale, kernel="reference",
-    )
+    ))
     return emulate_forward(problem, args, design, num_splits, out_dtype)
 
 

@@ -52,8 +52,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .splits import workspace_bytes
-from .validate import HEAD_DIM, FwdArgs, Problem
+from ..contract import HEAD_DIM
+from ..planning.problem import FwdArgs, Problem
+from ..planning.splits import workspace_bytes
 
 LOG2E = 1.4426950408889634
 

@@ -20,7 +20,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .errors import arg_error
+from ..errors import arg_error
 
 DESCALE_NAMES = ("q_descale", "k_descale", "v_descale")
 

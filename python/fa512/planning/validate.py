@@ -1,4 +1,5 @@
-"""Input validation: turns the op's arguments into a `Problem` (host ints only) plus `FwdArgs`.
+"""Input validation: a `fa512.call.Call` -> the checked problem (`Problem`, host values) and the
+launch tensors (`FwdArgs`).
 
 Every check here reads shapes, dtypes, strides and devices only, so it runs on fake tensors
 under torch.compile and never synchronises the device. Checks that must read device memory
@@ -10,90 +11,15 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import torch
 
+from ..call import Call
+from ..contract import HEAD_DIM, KERNEL_NAMES, KV_DTYPES, MAX_SPLITS, Q_DTYPES
+from ..errors import arg_error
 from .descales import normalize_descale
-from .errors import arg_error
-
-HEAD_DIM = 512
-KERNEL_NAMES = ("auto", "fp8_mma", "mma16", "triton", "reference")
-# The split-KV workspace is sized for at most this many splits; see fa512.splits.
-MAX_SPLITS = 32
-
-Q_DTYPES = (torch.bfloat16, torch.float16)
-KV_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """Everything a plan depends on, as host values. Built from shapes; never reads device data."""
-
-    batch: int
-    total_q: int
-    num_q_heads: int
-    num_kv_heads: int
-    q_dtype: torch.dtype
-    kv_dtype: torch.dtype
-    paged: bool
-    page_size: int  # 0 for packed K/V
-    max_pages_per_seq: int  # 0 for packed K/V
-    kv_rows: int  # num_pages * page_size (paged) or total_k (packed)
-    max_seqlen_q: int  # clamped to total_q
-    max_seqlen_k: int  # clamped to the K/V capacity of one sequence
-    softmax_scale: float
-    causal: bool
-    window_left: int  # -1 = unbounded
-    window_right: int  # -1 = unbounded; causal resolves to 0
-    descale_modes: tuple  # (q, k, v) modes from fa512.descales
-    device_type: str
-
-    @property
-    def group_size(self) -> int:
-        """Query heads per kv head (GQA ratio)."""
-        return self.num_q_heads // self.num_kv_heads
-
-    @property
-    def kv_is_fp8(self) -> bool:
-        return self.kv_dtype == torch.float8_e4m3fn
-
-    @property
-    def has_window(self) -> bool:
-        return self.window_left >= 0 or self.window_right >= 0
-
-    def shape_str(self) -> str:
-        kv = f"paged(page={self.page_size})" if self.paged else "packed"
-        mask = "causal" if self.causal else ("local" if self.has_window else "full")
-        if self.has_window:
-            mask += f"[{self.window_left},{self.window_right}]"
-        return (
-            f"B={self.batch} total_q={self.total_q} Hq={self.num_q_heads} Hkv={self.num_kv_heads} "
-            f"max_q={self.max_seqlen_q} max_k={self.max_seqlen_k} q={_dt(self.q_dtype)} "
-            f"kv={_dt(self.kv_dtype)} {kv} {mask}"
-        )
-
-
-class FwdArgs(NamedTuple):
-    """The tensors a kernel launch reads, with descales normalised to (B, Hkv) views."""
-
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    page_table: Optional[torch.Tensor]
-    cu_seqlens_k: Optional[torch.Tensor]
-    cu_seqlens_q: torch.Tensor
-    seqused_k: torch.Tensor
-    q_descale: Optional[torch.Tensor]
-    k_descale: Optional[torch.Tensor]
-    v_descale: Optional[torch.Tensor]
-
-
-def _dt(dtype: torch.dtype) -> str:
-    return {torch.float8_e4m3fn: "fp8e4m3", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-        dtype, str(dtype).replace("torch.", "")
-    )
+from .problem import FwdArgs, Problem
 
 
 def _need_tensor(name: str, t: object) -> torch.Tensor:
@@ -130,7 +56,7 @@ def _need_metadata(name: str, t: object, shape: tuple, device: torch.device) -> 
     return t
 
 
-def _memory_span(t: torch.Tensor) -> Optional[tuple]:
+def memory_span(t: torch.Tensor) -> Optional[tuple]:
     """(start, end) byte addresses that ``t`` can touch, or None where there is no real memory."""
     # Fake and functional tensors (torch.compile, opcheck) are subclasses with no memory to
     # overlap; an exact type test is much cheaper than asking is_fake() on every call.
@@ -142,32 +68,14 @@ def _memory_span(t: torch.Tensor) -> Optional[tuple]:
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    sa, sb = _memory_span(a), _memory_span(b)
+    sa, sb = memory_span(a), memory_span(b)
     return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
 
 
-def validate(
-    q,
-    k,
-    v,
-    out,
-    page_table,
-    cu_seqlens_k,
-    cu_seqlens_q,
-    max_seqlen_q,
-    seqused_k,
-    max_seqlen_k,
-    softmax_scale,
-    causal,
-    window_left,
-    window_right,
-    q_descale,
-    k_descale,
-    v_descale,
-    num_splits,
-    kernel,
-) -> tuple[Problem, FwdArgs]:
-    """Check every argument of `fa512.attention`; raise ValueError/TypeError naming the bad one."""
+def check(call: Call) -> tuple[Problem, FwdArgs]:
+    """Check every argument of ``call``; raise ValueError/TypeError naming the bad one."""
+    (q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
+     softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel) = call
     q = _need_tensor("q", q)
     k = _need_tensor("k", k)
     v = _need_tensor("v", v)
@@ -375,3 +283,6 @@ def debug_checks(problem: Problem, args: FwdArgs, max_seqlen_q: int, max_seqlen_
             )
         if bool((used > k_lens).any()):
             raise arg_error(ValueError, "seqused_k", used.tolist(), f"<= the packed lengths {k_lens.tolist()}")
+
+
+__all__ = ["check", "debug_checks", "debug_enabled", "memory_span"]

@@ -16,7 +16,9 @@ from typing import Optional
 
 import torch
 
-from .validate import FwdArgs, Problem
+from ..call import make_call
+from ..planning.problem import FwdArgs, Problem
+from ..planning.validate import check
 
 # Logit elements materialised per chunk (x8 bytes in float64): 2**26 -> 512 MB peak per chunk.
 _CHUNK_ELEMS = 1 << 26
@@ -194,12 +196,10 @@ def attention_ref(
 
     Feed it the same K/V values a kernel reads (fp8 caches are upcast exactly) and compare.
     """
-    from .api import validate_call
-
-    problem, args = validate_call(
+    problem, args = check(make_call(
         q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
         window_left=window_left, window_right=window_right, q_descale=q_descale, k_descale=k_descale,
         v_descale=v_descale, kernel="reference",
-    )
+    ))
     return reference_forward(problem, args, compute_dtype, num_splits, split_block_n)

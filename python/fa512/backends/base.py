@@ -1,0 +1,102 @@
+"""What every kernel presents to the dispatch table (`Backend`) and to the warm call (`Launcher`).
+
+A backend answers: is it usable here at all (`unavailable`), can it serve this problem on this
+target (`unsupported`; both give a reason string or None, so `fa512.plan` can say why a kernel
+was passed over), which frozen config (`make_config`), how much workspace, and it builds the
+`Launcher` of a planned call signature (`make_launcher`). A launcher is made once per signature
+(`fa512.launch.memo`) and then launches every call of that signature: it derives per call only
+what can change between such calls (the (B, Hkv) descale views), never re-validates or re-plans.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..planning.descales import descale_view
+from ..planning.problem import FwdArgs, Problem
+from ..planning.splits import workspace_bytes
+
+_MAX_DESCALE_VIEWS = 256  # per launcher: descale tensors seen (one per layer is typical)
+
+
+class Launcher:
+    """A validated, planned call signature; ``launcher(call)`` launches one call and returns lse.
+
+    ``plan`` is the `fa512.planning.dispatch.Plan`; ``record`` what `fa512.launch.run.last_launch`
+    reports for it; ``extents`` the bytes each of (q, k, v, out) can touch from its data pointer
+    (the memo's overlap check); ``native_spec`` what the native warm call needs to serve the
+    signature in C++ (`fa512.launch.native.launch_spec`), or None for Python-only launchers.
+    The base class launches through ``launch(plan, args, out)`` of its backend.
+    """
+
+    def __init__(self, plan, extents: tuple, launch=None):
+        self.plan = plan
+        self.problem: Problem = plan.problem
+        self.record = {"kernel": plan.kernel, "num_splits": plan.num_splits, "config": plan.config}
+        self.extents = extents
+        # modes whose (B, Hkv) view is a new tensor; "none" and "per_batch_head" pass as given
+        self.descale_modes = tuple(m if m in ("scalar", "per_head") else None for m in self.problem.descale_modes)
+        self._descale_views: dict = {}  # id(descale) -> (descale, its (B, Hkv) view)
+        self._launch = launch
+        self.native_spec = None
+
+    def descale(self, t: Optional[torch.Tensor], mode: Optional[str]) -> Optional[torch.Tensor]:
+        """The (B, Hkv) view of ``t`` for a "scalar" or "per_head" ``mode``, made once per tensor
+        (an expand costs ~2 us on the dev CPU)."""
+        hit = self._descale_views.get(id(t))
+        # The view pins t's storage; a t that was re-pointed (set_) no longer shares it.
+        if hit is not None and hit[0] is t and hit[1].data_ptr() == t.data_ptr():
+            return hit[1]
+        if len(self._descale_views) >= _MAX_DESCALE_VIEWS:
+            self._descale_views.clear()
+        view = descale_view(t, mode, self.problem.batch, self.problem.num_kv_heads)
+        self._descale_views[id(t)] = (t, view)
+        return view
+
+    def descales(self, qd, kd, vd) -> tuple:
+        """The call's descales as the kernels take them: (B, Hkv) views or None."""
+        mq, mk, mv = self.descale_modes
+        return (
+            qd if mq is None else self.descale(qd, mq),
+            kd if mk is None else self.descale(kd, mk),
+            vd if mv is None else self.descale(vd, mv),
+        )
+
+    def args(self, call) -> FwdArgs:
+        """The launch tensors of ``call`` (a `fa512.call.Call` of this signature)."""
+        return FwdArgs(call.q, call.k, call.v, call.page_table, call.cu_seqlens_k, call.cu_seqlens_q,
+                       call.seqused_k, *self.descales(call.q_descale, call.k_descale, call.v_descale))
+
+    def __call__(self, call) -> torch.Tensor:
+        return self._launch(self.plan, self.args(call), call.out)
+
+
+class Backend:
+    name: str = ""
+    splits_kv: bool = False  # whether auto split planning applies
+
+    def unavailable(self) -> Optional[str]:
+        return None
+
+    def unsupported(self, problem: Problem, target) -> Optional[str]:
+        return None
+
+    def make_config(self, problem: Problem, target):
+        raise NotImplementedError
+
+    def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
+        """Temporary device memory one launch allocates besides lse (``config``: the variant)."""
+        return workspace_bytes(num_splits, problem.total_q, problem.num_q_heads)
+
+    def launch(self, plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
+        """One launch of ``plan`` on ``args``: writes ``out`` in place, returns lse (Hq, total_q)."""
+        raise NotImplementedError
+
+    def make_launcher(self, plan, args: FwdArgs, out: torch.Tensor, extents: tuple) -> Launcher:
+        """The launcher of ``plan``'s call signature (``args``, ``out``: the first call's tensors)."""
+        return Launcher(plan, extents, self.launch)
+
+
+__all__ = ["Backend", "Launcher"]

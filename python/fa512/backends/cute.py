@@ -1,0 +1,259 @@
+"""`mma16` and `fp8_mma`: the SM90 CuTe DSL d512 forward (`cute_kernels.fwd_sm90`) as kernels of
+the dispatch table.
+
+mma16 was registered after profiles/gpu_mma16_smoke.py passed 27/27 cases on an H200
+(2026-11-29); fp8_mma runs the same kernel family with FP8 wgmma. Both share one launcher.
+
+Launch path (no host sync, graph-capturable): the compiled variants come from the compile cache
+once per call signature (`CuteLauncher`); each call checks data-pointer alignment, allocates lse
+(and the fp32 split workspace) from the torch caching allocator and calls the tvm-ffi functions
+with torch tensors and the current stream: the V^T prepass first for the ``vt_prepass`` variants
+(fp8_mma prefill; the forward takes its scratch in V's place), the forward, and with splits the
+combine. `fa512.launch.native` serves the same signature from C++ with what ``native_spec`` holds.
+Profiles may launch one call with a config override (`Mma16Backend.launch`), outside the memo.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Callable, NamedTuple, Optional
+
+import torch
+
+from ..errors import arg_error
+from ..planning.problem import FwdArgs, Problem
+from .base import Backend, Launcher
+
+WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
+
+
+def mask_kind(problem: Problem) -> str:
+    """"causal" (window (inf, 0)), "local" (any finite window), or "none".
+
+    Causal with one query per sequence is "none": bottom-right aligned, that query sits at the
+    last key and sees every key (the kernel still stops at seqused_k), so decode skips the
+    boundary-block masking.
+    """
+    if problem.window_left >= 0:
+        return "local"
+    if problem.window_right == 0:
+        return "none" if problem.max_seqlen_q <= 1 else "causal"
+    if problem.window_right > 0:
+        return "local"
+    return "none"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8_e4m3"}[dtype]
+
+
+class LaunchState(NamedTuple):
+    """What every launch of one call signature needs (`CuteLauncher`, `_run`)."""
+
+    fwd: Callable  # compiled forward (tvm-ffi function)
+    combine: Optional[Callable]  # split-KV combine, with splits
+    scalars: tuple  # softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace_addr
+    kv_fp8: bool  # e4m3 K/V cross tvm-ffi as uint8
+    device: torch.device
+    index: Optional[int]  # device index, for the stream getter
+    raw_stream: Callable
+    lse_shape: tuple
+    o_part_shape: tuple  # split partials (splits only)
+    lse_part_shape: tuple
+    prepass: Optional[Callable]  # V^T prepass (vt_prepass variants)
+    vt_shape: Optional[tuple]  # its scratch
+
+    def native_spec(self, libraries: tuple) -> tuple:
+        """The part `fa512.launch.native.launch_spec` hands to C++ (no device or stream getter),
+        with the kernels' libraries for the direct launch."""
+        return (self.fwd, self.combine, self.scalars, self.kv_fp8, self.lse_shape, self.o_part_shape,
+                self.lse_part_shape, self.prepass, self.vt_shape, libraries)
+
+
+def vt_scratch_shape(problem: Problem) -> tuple:
+    """The V^T scratch of a ``vt_prepass`` variant (`cute_kernels.v_prepass`): (B, Hkv, 512,
+    max_seqlen_k rounded up to whole 64-key blocks), e4m3 bytes."""
+    keys = -(-max(problem.max_seqlen_k, 1) // 64) * 64
+    return (problem.batch, problem.num_kv_heads, 512, keys)
+
+
+def _check_tma_operand(name: str, t: torch.Tensor) -> None:
+    """TMA needs 16-byte aligned base addresses and 16-byte multiple strides (except the last)."""
+    esize = t.element_size()
+    if t.data_ptr() % 16:
+        raise arg_error(ValueError, name, f"data_ptr % 16 = {t.data_ptr() % 16}", "a 16-byte aligned base address",
+                        "the mma16 kernel loads it with TMA")
+    for dim, stride in enumerate(t.stride()[:-1]):
+        if t.shape[dim] > 1 and (stride * esize) % 16:
+            raise arg_error(ValueError, name, f"strides {tuple(t.stride())}",
+                            "strides that are multiples of 16 bytes (except the last dim)",
+                            "the mma16 kernel loads it with TMA")
+
+
+def _raw_stream_getter() -> Callable:
+    """The current stream as an int; the raw getter skips building a torch.cuda.Stream object
+    (~1-2 us). CPU builds of torch lack it."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        raw = lambda index: torch.cuda.current_stream(index).cuda_stream  # noqa: E731
+    return raw
+
+
+def launch_state(plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> LaunchState:
+    """Compile (or load) the kernels of ``plan`` (``config`` overrides its config) and fix
+    everything a launch derives from the call signature; checks the TMA strides of ``args``."""
+    from . import compile_cache
+
+    problem: Problem = plan.problem
+    num_splits = max(1, int(plan.num_splits))
+    cfg = (config or plan.config).with_split(num_splits > 1)
+    q = args.q
+    for name, t in (("q", q), ("k", args.k), ("v", args.v), ("out", out)):  # fp8 and its uint8 view: same bytes
+        _check_tma_operand(name, t)
+    wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
+    wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
+    total_q, hq = q.shape[0], q.shape[1]
+    fwd = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
+    combine = compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None
+    prepass = vt_shape = None
+    if cfg.vt_prepass:
+        prepass = compile_cache.get_kernel(compile_cache.KernelSpec("vt_prepass", cfg.page_size))
+        vt_shape = vt_scratch_shape(problem)
+    return LaunchState(
+        fwd, combine,
+        (float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr)),
+        args.k.dtype == torch.float8_e4m3fn, q.device, q.device.index, _raw_stream_getter(),
+        (hq, total_q), (num_splits, total_q, hq, q.shape[2]), (num_splits, hq, total_q),
+        prepass, vt_shape,
+    )
+
+
+def _run(state: LaunchState, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
+    """One launch from a launch state; descales are (B, Hkv) views."""
+    (fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape,
+     prepass, vt_shape) = state
+    if kv_fp8:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
+        k, v = k.view(torch.uint8), v.view(torch.uint8)
+    # Strides are fixed per launch state (checked when it was made); data pointers are not.
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr() | out.data_ptr()) & 15:
+        for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+            _check_tma_operand(name, t)
+    stream = raw_stream(index)
+    if prepass is not None:  # V^T once per key block; the forward kernel reads it in V's place
+        vt = torch.empty(vt_shape, dtype=torch.uint8, device=device)
+        prepass(v, pt, cuk, sk, vt, stream)
+        v = vt
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
+    if combine is None:
+        fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
+        return lse
+    o_part = torch.empty(o_part_shape, dtype=torch.float32, device=device)
+    lse_part = torch.empty(lse_part_shape, dtype=torch.float32, device=device)
+    fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
+    combine(o_part, lse_part, out, lse, cuq, scalars[4], stream)
+    return lse
+
+
+class CuteLauncher(Launcher):
+    """The SM90 kernels of one call signature: a `LaunchState` made once, then `_run` per call
+    on the call's own tensors (no FwdArgs built); C++ serves it from ``native_spec``."""
+
+    def __init__(self, plan, extents: tuple, state: LaunchState):
+        super().__init__(plan, extents)
+        from . import compile_cache
+
+        self.state = state
+        self.native_spec = state.native_spec(
+            tuple(compile_cache.library_of(f) for f in (state.fwd, state.combine, state.prepass))
+        )
+
+    def __call__(self, call) -> torch.Tensor:
+        q, k, v, out, pt, cuk, cuq, _, sk, _, _, _, _, _, qd, kd, vd, _, _ = call
+        return _run(self.state, q, k, v, out, cuq, cuk, sk, pt, *self.descales(qd, kd, vd))
+
+
+class _EmptyLauncher(Launcher):
+    """A signature with no query rows: nothing to launch, lse is all -inf."""
+
+    def __call__(self, call) -> torch.Tensor:
+        q = call.q
+        return torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+
+
+class Mma16Backend(Backend):
+    """The SM90 16-bit-MMA kernel: bf16/fp16 KV as is; fp8 e4m3 KV dequantised to f16 in-kernel
+    (the control of the FP8 A/B). `Fp8MmaBackend` differs only in the config it builds."""
+
+    name = "mma16"
+    splits_kv = True
+    fp8_mma = False  # fp8 KV: dequantised to f16; Fp8MmaBackend: FP8 wgmma
+
+    def unavailable(self) -> Optional[str]:
+        for module, dist in (("cutlass", "nvidia-cutlass-dsl"), ("tvm_ffi", "apache-tvm-ffi")):
+            if importlib.util.find_spec(module) is None:
+                return f"{dist} is not installed"
+        return None
+
+    def unsupported(self, problem: Problem, target) -> Optional[str]:
+        if not target.is_sm90:
+            return f"needs an SM90 GPU (H100/H200), got {target.describe()}"
+        ok, why = self.make_config(problem, target).can_implement()
+        return None if ok else why
+
+    def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
+        ws = super().workspace_bytes(num_splits, problem)
+        if config is not None and config.vt_prepass:
+            batch, hkv, d, keys = vt_scratch_shape(problem)
+            ws += batch * hkv * d * keys
+        return ws
+
+    def make_config(self, problem: Problem, target):
+        from cute_kernels.config import default_config
+
+        return default_config(
+            kv_dtype=_dtype_name(problem.kv_dtype),
+            q_dtype=_dtype_name(problem.q_dtype),
+            mask=mask_kind(problem),
+            paged=problem.paged,
+            page_size=problem.page_size,
+            group=problem.group_size,
+            split=False,  # set per launch from plan.num_splits
+            descale=tuple(mode != "none" for mode in problem.descale_modes),
+            fp8_mma=self.fp8_mma,
+            max_seqlen_k=problem.max_seqlen_k,
+            max_seqlen_q=problem.max_seqlen_q,
+        )
+
+    def make_launcher(self, plan, args: FwdArgs, out: torch.Tensor, extents: tuple) -> Launcher:
+        if plan.problem.max_seqlen_q == 0 or plan.problem.total_q == 0:
+            return _EmptyLauncher(plan, extents)
+        return CuteLauncher(plan, extents, launch_state(plan, args, out))
+
+    def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:
+        """One launch outside the memo: ``config`` overrides ``plan.config`` (A/B profiling,
+        diagnostic stages); ``trace_addr`` is the device-visible address of a host-mapped int32
+        buffer of `cute_kernels.config.TRACE_BUFFER_WORDS` words for ``config.trace`` variants
+        (profiles/gpu_mma16_smoke.py --diag --trace), 0 otherwise."""
+        if plan.problem.max_seqlen_q == 0 or args.q.shape[0] == 0:
+            q = args.q
+            return torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+        state = launch_state(plan, args, out, config, trace_addr)
+        return _run(state, args.q, args.k, args.v, out, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k,
+                    args.page_table, args.q_descale, args.k_descale, args.v_descale)
+
+
+class Fp8MmaBackend(Mma16Backend):
+    """The SM90 FP8-MMA kernel (same pipeline as mma16, `Sm90FwdConfig.mma_path="fp8_mma"`): an
+    e4m3 KV cache MMA'd as e4m3 (QGMMA) for QK^T and P.V, Q quantised in-kernel per row."""
+
+    name = "fp8_mma"
+    fp8_mma = True
+
+    def unsupported(self, problem: Problem, target) -> Optional[str]:
+        if not problem.kv_is_fp8:
+            return f"needs an fp8 e4m3 KV cache, got {problem.kv_dtype} (bf16/fp16 KV: mma16)"
+        return super().unsupported(problem, target)
+
+
+__all__ = ["CuteLauncher", "Fp8MmaBackend", "LaunchState", "Mma16Backend", "WINDOW_INF", "launch_state",
+           "mask_kind", "vt_scratch_shape"]
