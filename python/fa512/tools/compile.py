@@ -14,14 +14,20 @@ combine kernels and the V^T prepass kernels of the ``vt_prepass`` variants, writ
   fit hangs every launch (the 2026-11-29 H200 hang: 32 + 2 x 240 = 512 x 128 > 64512).
 
 Also reports registers at launch (``REG``), the ``USETMAXREG`` budgets of the warpgroups, HGMMA
-shapes and counts, and compile seconds, in a table and in ``<out>/report.json``. Exit status 1
-if any check fails. No GPU is needed (fake tensors, ``--arch sm_90a``).
+shapes and counts, compile seconds and a hash of each kernel's instructions (`sass_hash`), in a
+table and in ``<out>/report.json``; ``--compare <earlier report.json>`` lists the kernels whose
+SASS changed (the check that a tidy left the dispatched kernels alone). Exit status 1 if any
+check fails. SASS comes from the first cuobjdump that can produce it (`dump_sass`); a SASS tool
+that fails is reported as such, never read as a kernel without MMA. No GPU is needed (fake
+tensors, ``--arch sm_90a``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -40,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=None, help="substring filter on variant keys")
     p.add_argument("--jobs", type=int, default=0,
                    help="compiler processes (default: one per CPU core; each DSL compile is single-threaded)")
+    p.add_argument("--compare", default=None, metavar="REPORT_JSON",
+                   help="an earlier run's report.json: list the kernels whose SASS hash changed, appeared or went")
 
 
 @dataclass
@@ -54,6 +62,7 @@ class SassReport:
     setmaxnreg: list = field(default_factory=list)
     hgmma: dict = field(default_factory=dict)  # "<GMMA shape>/<A source: SS|RS>" -> count
     spill_instructions: int = 0
+    sass_hash: str = ""  # `sass_hash`: equal hashes, identical instruction streams
     problems: list = field(default_factory=list)
 
     @property
@@ -65,20 +74,54 @@ class SassReport:
         return not self.problems
 
 
-def find_tool(name: str) -> Optional[str]:
-    """cuobjdump/nvdisasm: PATH, the nvidia-cuda-* wheels, or Triton's bundled copy."""
-    found = shutil.which(name)
-    if found:
-        return found
+def tool_candidates(name: str) -> list[str]:
+    """Every cuobjdump/nvdisasm here, in the order tried: PATH, the nvidia-cuda-* wheels, Triton's
+    bundled copy (which ships both tools)."""
     import importlib.util
 
-    for pkg, sub in (("nvidia", "cu13/bin"), ("nvidia", "cuda_cuobjdump/bin"), ("triton", "backends/nvidia/bin")):
+    found = [shutil.which(name)]
+    for pkg, sub in (("nvidia", "cu13/bin"), ("nvidia", "cuda_cuobjdump/bin"), ("nvidia", "cuda_nvdisasm/bin"),
+                     ("triton", "backends/nvidia/bin")):
         spec = importlib.util.find_spec(pkg)
         for base in (spec.submodule_search_locations or []) if spec else []:
             cand = Path(base) / sub / name
             if cand.exists():
-                return str(cand)
-    return None
+                found.append(str(cand))
+    out = []
+    for path in found:
+        if path and path not in out:
+            out.append(path)
+    return out
+
+
+class SassToolError(RuntimeError):
+    """No cuobjdump here could dump SASS; the message says what each one answered."""
+
+
+def dump_sass(cubin_path: Path) -> tuple[str, str, str]:
+    """(SASS, resource usage, the cuobjdump that produced them) for one cubin.
+
+    Tries each cuobjdump of `tool_candidates` until one succeeds; a cuobjdump without its
+    nvdisasm (the nvidia-cuda-cuobjdump wheel alone) exits 1 with "Could not find executable file
+    'nvdisasm'", so an nvdisasm found elsewhere is offered through NVDISASM_PATH, and a tool that
+    still fails is reported and the next one tried (a failed dump once read as "no QGMMA").
+    """
+    env = dict(os.environ)
+    nvdisasm = tool_candidates("nvdisasm")
+    if nvdisasm and "NVDISASM_PATH" not in env:
+        env["NVDISASM_PATH"] = str(Path(nvdisasm[0]).parent)
+    failures = []
+    for tool in tool_candidates("cuobjdump"):
+        sass = subprocess.run([tool, "-sass", str(cubin_path)], capture_output=True, text=True, env=env)
+        usage = subprocess.run([tool, "--dump-resource-usage", str(cubin_path)], capture_output=True, text=True,
+                               env=env)
+        if sass.returncode == 0 and usage.returncode == 0 and "Function" in sass.stdout:
+            return sass.stdout, usage.stdout, tool
+        answer = (sass.stderr or usage.stderr or sass.stdout).strip().splitlines()
+        failures.append(f"{tool}: exit {sass.returncode or usage.returncode}: {answer[0] if answer else 'no SASS'}")
+    if not failures:
+        raise SassToolError("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    raise SassToolError("no cuobjdump could dump SASS: " + "; ".join(failures))
 
 
 def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: int, expect_mma: Optional[str],
@@ -89,13 +132,13 @@ def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: in
     ``threads``: CTA size; with setmaxnreg, warpgroup 0 deallocates and the others allocate.
     """
     rep = SassReport(key=key, compile_s=compile_s, dynamic_smem=dynamic_smem)
-    tool = find_tool("cuobjdump")
-    if tool is None:
-        rep.problems.append("cuobjdump not found (pip install nvidia-cuda-cuobjdump)")
+    try:
+        sass, usage, _ = dump_sass(cubin_path)
+    except SassToolError as exc:
+        rep.problems.append(f"SASS tool failed: {exc}")
         return rep
-    sass = subprocess.run([tool, "-sass", str(cubin_path)], capture_output=True, text=True).stdout
     cubin_path.with_suffix(".sass").write_text(sass)
-    usage = subprocess.run([tool, "--dump-resource-usage", str(cubin_path)], capture_output=True, text=True).stdout
+    rep.sass_hash = sass_hash(sass)
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
     if m:
         rep.reg, rep.stack, rep.static_smem, rep.local = (int(x) for x in m.groups())
@@ -117,6 +160,25 @@ def inspect_cubin(cubin_path: Path, key: str, compile_s: float, dynamic_smem: in
     if problem:
         rep.problems.append(problem)
     return rep
+
+
+def sass_hash(sass: str) -> str:
+    """A hash of a SASS listing's instructions and encodings, without its ``Function :`` lines
+    (the mangled kernel symbol names the Python module and class, which a refactor may move):
+    what "the SASS is unchanged" compares (``--compare``)."""
+    lines = [line.strip() for line in sass.splitlines() if line.strip() and "Function :" not in line]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def compare_reports(old: list, new: list) -> list:
+    """Lines naming every kernel key whose SASS hash differs between two report.json row lists,
+    or that only one of them has."""
+    before = {r["key"]: r.get("sass_hash", "") for r in old}
+    after = {r.key: r.sass_hash for r in new}
+    lines = [f"changed  {k}" for k in sorted(before.keys() & after.keys()) if before[k] != after[k]]
+    lines += [f"removed  {k}" for k in sorted(before.keys() - after.keys())]
+    lines += [f"new      {k}" for k in sorted(after.keys() - before.keys())]
+    return lines
 
 
 def gmma_counts(sass: str) -> dict:
@@ -200,7 +262,6 @@ def _compile_and_inspect(spec, arch: str, out: Path) -> "SassReport":
 
 def main(args: argparse.Namespace) -> int:
     import multiprocessing
-    import os
     from concurrent.futures import ProcessPoolExecutor
 
     out = Path(args.out)
@@ -220,6 +281,11 @@ def main(args: argparse.Namespace) -> int:
     (out / "report.json").write_text(
         json.dumps([dict(asdict(r), smem=r.smem, ok=r.ok) for r in reports], indent=1)
     )
+    if args.compare:
+        changes = compare_reports(json.loads(Path(args.compare).read_text()), reports)
+        print(f"SASS against {args.compare}: " + (f"{len(changes)} difference(s)" if changes else "every kernel identical"))
+        for line in changes:
+            print("  " + line)
     bad = [r for r in reports if not r.ok]
     for r in bad:
         print(f"FAIL {r.key}: {'; '.join(r.problems)}", file=sys.stderr)
