@@ -19,7 +19,7 @@ smoke="python3 profiles/gpu_mma16_smoke.py --timeout 240 --kernel-timeout 30"
 for step in "$@"; do
   case $step in
     dump)        mkdir -p "$OUT/dump"; run dump 200 python3 profiles/fp8_dump.py "$OUT/dump" ;;
-    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_call_cache.py tests/test_host_overhead.py tests/test_native.py tests/test_emulation.py -rs ;;
+    sel_tests)   run sel_tests 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_fp8_operands.py tests/test_memo.py tests/test_host_overhead.py tests/test_native.py tests/test_emulation.py -rs ;;
     native_tests) run native_tests 300 python3 -m pytest -q tests/test_native.py -rs ;;
     probes)      run probes 300 python3 -m pytest -q -m gpu tests/test_fp8_operands.py -rs ;;
     diag_fp8)    run diag_fp8 400 $smoke --diag --case fp8_mma --out "$OUT/diag_fp8" ;;
@@ -41,6 +41,9 @@ for step in "$@"; do
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;
     overhead_bd) run overhead_bd 300 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_tiny_splits decode_b4_splits5 prefill_tiny_prepass decode_fp8 decode_bf16_splits ;;
     check)       run check 580 python3 -m fa512 check ;;
+    sanitize)    run sanitize 590 python3 -m fa512 sanitize --timeout 560 ;;
+    sanitize_*)  # one tool over every variant: sanitize_<memcheck|racecheck|synccheck|initcheck>
+      run "$step" 590 python3 -m fa512 sanitize --tools "${step#sanitize_}" --timeout 560 ;;
     bench)       run bench 580 python3 -m fa512 bench --quick --out "$OUT/bench" ;;
     ab)          run ab 400 python3 -m fa512 ab --quick --out "$OUT/ab" ;;
     nsys)        run nsys 200 python3 profiles/nsys_run.py --case decode --kernel auto --kv fp8 --out "$OUT/nsys" ;;

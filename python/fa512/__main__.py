@@ -13,6 +13,7 @@ COMMANDS = {
     "ab": ("fa512.tools.ab", "accuracy A/B of kernels and FP8 numeric designs vs float64"),
     "bench": ("fa512.tools.bench", "benchmark against ceilings measured in the same run (GPU)"),
     "compile": ("fa512.tools.compile", "compile every SM90 CuTe DSL variant (no GPU needed) and check its SASS"),
+    "sanitize": ("fa512.tools.sanitize", "compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every SM90 variant"),
     "native": ("fa512.launch.native", "build (or load) the native warm call now and say where it is"),
 }
 

@@ -1,0 +1,51 @@
+"""fa512.tools.sanitize: its cases reach every variant CI compiles (CPU), and run them (GPU)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from cute_kernels.config import variant_list
+from fa512.call import make_call as call_of
+from fa512.planning.validate import check
+from fa512.tools import sanitize
+
+
+def test_every_compiled_variant_has_a_case_that_plans_to_it():
+    """A variant in `variant_list` that no call can reach would be compiled and checked for
+    nothing (a dead variant); the sweep's call for it must plan to it on an H200."""
+    missed = {c.key: sanitize.planned_key(c) for c in sanitize.sweep_cases() if sanitize.planned_key(c) != c.key}
+    assert not missed, missed
+    assert len(sanitize.sweep_cases()) == len(variant_list())
+
+
+def test_cases_are_valid_calls_with_every_byte_initialised():
+    for case in sanitize.sweep_cases()[:12] + sanitize.sweep_cases()[-4:]:
+        q, k, v, kw = sanitize.make_call(case, "cpu")
+        problem, _ = check(call_of(q, k, v, **kw))
+        assert problem.group_size == case.group and problem.max_seqlen_q == max(case.q_lens)
+        assert all(torch.isfinite(t.float()).all() for t in (q, k, v))
+        assert (problem.page_size or 0) == case.page_size
+
+
+def test_list_needs_no_gpu(capsys):
+    p = argparse.ArgumentParser()
+    sanitize.add_arguments(p)
+    assert sanitize.main(p.parse_args(["--list", "--only", "fp8_mma-qbf16-n64-s2-none-paged64"])) == 0
+    out = capsys.readouterr().out
+    assert "fp8_mma" in out and "plans to the same" in out and "plans to sm90" not in out
+
+
+def test_sanitizer_summaries_are_read():
+    assert sanitize._summary("========= ERROR SUMMARY: 0 errors", "memcheck") == 0
+    assert sanitize._summary("========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)", "racecheck") == 3
+    assert sanitize._summary("Segmentation fault", "memcheck") == -1
+
+
+@pytest.mark.gpu
+def test_gpu_every_case_runs_its_variant():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an SM90 GPU")
+    assert sanitize.run_child(sanitize.sweep_cases()) == 0
