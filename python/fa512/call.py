@@ -97,7 +97,8 @@ def with_out(call: Call) -> Call:
     q = call.q
     if not isinstance(q, torch.Tensor):
         raise arg_error(TypeError, "q", type(q).__name__, "a torch.Tensor")
-    return call._replace(out=torch.empty_like(q, memory_format=torch.contiguous_format))
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    return tuple.__new__(Call, call[:3] + (out,) + call[4:])  # no Python-level calls (_replace makes two)
 
 
 __all__ = ["Call", "default_bounds", "default_seqused_k", "make_call", "with_out"]
