@@ -21,10 +21,12 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
 from . import decode_pv, pipeline_checks
-from .config import CVT_F16_STAGES, HEAD_DIM, SMEM_LIMIT, STAGES, TRACE_EVENTS, TRACE_EXIT_WORD, Sm90FwdConfig
+from .config import CVT_F16_STAGES, HEAD_DIM, SMEM_LIMIT, Sm90FwdConfig
+from .diagnostics import Tracer
 from .fp8_operands import P_TILE_BYTES, p_to_fp8_a, store_p_tile
 from .fragments import acc_as_a_view, acc_mn_view, transpose_view, wgmma
 from .mask import TileMask
+from .fp8_operands import zero_keys_past
 from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, CVT_THREADS, make_mma_path, unit_view
 from .paged_kv import KVBlockTiles, kv_tma_view, vt_scratch_tiles, vt_scratch_tma_view
 from .softmax import LOG2_E, OnlineSoftmax
@@ -42,14 +44,11 @@ class PromoteParts(NamedTuple):
 # Named barriers (id 0 is __syncthreads).
 BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
 BAR_X_FREE = 2  # + w: WG w's partial-S buffer was read by the other WG (128 arrive + 128 sync)
-BAR_TURN = 7  # + w: WG w's turn to issue its MMAs (pingpong; 128 arrive + 128 sync)
-BAR_P_FULL = 9  # + w: WG w wrote P and its softmax state to slot w (qk_mode "alternate"; 128 arrive + 128 sync)
-BAR_P_FREE = 11  # + w: the other WG's P.V has read slot w (qk_mode "alternate"; 128 arrive + 128 sync)
+BAR_P_FULL = 9  # + w: WG w wrote P and its softmax state to slot w (layout "alternate"; 128 arrive + 128 sync)
+BAR_P_FREE = 11  # + w: the other WG's P.V has read slot w (layout "alternate"; 128 arrive + 128 sync)
 
 _DTYPES = {"bf16": BFloat16, "f16": Float16, "f32": Float32}
 
-
-QKP_COLS = 16  # keys of S per qk_promote round (32 spilled, see `_qk_promote_parts`)
 
 
 class FlashFwdSm90:
@@ -67,15 +66,15 @@ class FlashFwdSm90:
                   columns d[256w, 256w+256): acc_O is 64x256 fp32 = 128 registers per thread
                   (fp8_mma decode tiles, ``pv_transposed``: O^T 256 x 8 = 16, `decode_pv`).
 
-    QK^T without duplicated MMA work (``qk_mode="split_d"``)
+    QK^T without duplicated MMA work (layout "split_d")
         WG w computes the partial logits S_w = Q[:, dw] K[:, dw]^T over its own half dw of the
         head dimension (64 x tile_n, K = 256), writes the fp32 fragment to its smem buffer X[w],
         and adds the other warpgroup's X[1-w]. fp32 addition is commutative, so both warpgroups
         hold bit-identical S and run identical softmax. Per block the tensor cores execute
         QK 64*n*512 + PV 64*n*512 MACs: the useful work (the vLLM fork's layout repeats QK in
-        both warpgroups: 1.5x). ``qk_mode="duplicate"`` keeps the fork's layout as the A/B control.
+        both warpgroups: 1.5x).
 
-    Key blocks taken in turn (``qk_mode="alternate"``, fp8_mma with V^T from the prepass)
+    Key blocks taken in turn (layout "alternate", fp8_mma with V^T from the prepass)
         Block j is WG (j % 2)'s: it computes S over all of d, runs the softmax step and hands P
         (e4m3) and the softmax state to the other warpgroup through smem; both run P.V on their
         d halves. Useful MMA work only, and no per-block exchange (`_alternate_blocks`).
@@ -103,21 +102,18 @@ class FlashFwdSm90:
 
     MMA path (strategy object, `mma_paths`): bf16/f16 K/V are MMA'd in their TMA stages;
     fp8 e4m3 K/V (the dequant control of the FP8 A/B) are TMA'd into staging rings and converted
-    to f16: by the converter warps into two-stage f16 rings (``cvt_warps``, dispatched; pipelines
-    staging -> converter warps -> consumers, X[w] in WG w's half of the block's f16 K stage,
-    which is released after the exchange), or by each consumer warpgroup for its own d half into
-    one f16 buffer (WG-local barrier 4+w; X[w] in its half of that buffer, K(n-1) converted under
-    PV(n+1): ``k_early``, X_FREE[w] waited on before that conversion).
+    to f16 by the converter warps into two-stage f16 rings (``cvt_warps``; pipelines staging ->
+    converter warps -> consumers, X[w] in WG w's half of the block's f16 K stage, which is
+    released after the exchange).
 
-    Diagnostics: ``cfg.stage`` cuts the kernel after the launch / setup (mbarrier init, CTA
-    barrier, setmaxnreg) / loads (pipelines without MMA) / QK (no PV); ``cfg.trace`` printfs
-    per-role progress of CTA (0, 0, 0). See `Sm90FwdConfig` and profiles/gpu_mma16_smoke.py --diag.
+    Diagnostics: ``cfg.stage`` cuts the kernel at its entry, after the launch / setup (mbarrier
+    init, CTA barrier, setmaxnreg); ``cfg.trace`` records per-role progress of CTA (0, 0, 0)
+    (`diagnostics.Tracer`). See `Sm90FwdConfig` and profiles/gpu_mma16_smoke.py --diag.
 
     Registers (consumer, per thread): O 128 + S tile_n/2 + P tile_n/4 + stats ~8 + addressing.
     Shared memory (tile_n=64, 1 stage): Q 64 KB + K 64 KB + V 64 KB + X 2x16 KB = 224 KB
     (+ barriers, + 1 KB static: 231424 B of 232448). Dequant (tile_n=32): Q 64 + f16 K 2 x 32
-    (and X) + f16 V 2 x 32 + e4m3 staging 2 x 16 KB = 224 KB (consumer-side conversion: Q 64 +
-    K 32 + V 32 + staging 3 x 2 x 16 KB).
+    (and X) + f16 V 2 x 32 + e4m3 staging 2 x 16 KB = 224 KB.
     """
 
     num_threads = 384
@@ -128,18 +124,16 @@ class FlashFwdSm90:
         if not ok:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
-        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.qk_mode == "split_d",
-                                  cvt_warps=config.cvt_warps, skip_transpose=config.stage == "no_vt",
-                                  vt_from_tma=config.vt_prepass, qk_rows=config.qk_rows,
-                                  pv_transposed=config.pv_transposed)
+        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.layout != "alternate",
+                                  qk_rows=config.qk_rows)
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = _DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
         self.tile_n = config.tile_n
         self.head_dim = HEAD_DIM
         self.half_d = HEAD_DIM // 2
-        self.split_d = config.qk_mode == "split_d"
-        self.alternate = config.qk_mode == "alternate"  # key blocks taken in turn, P shared through smem
+        self.split_d = config.layout != "alternate"
+        self.alternate = config.layout == "alternate"  # key blocks taken in turn, P shared through smem
         self.qk_k = self.half_d if self.split_d else HEAD_DIM
         self.stages = config.kv_stages
         self.group = config.qhead_per_kvhead
@@ -151,26 +145,17 @@ class FlashFwdSm90:
         pipeline_checks.check_named_barriers(
             {"S_READY": BAR_S_READY, "X_FREE0": BAR_X_FREE, "X_FREE1": BAR_X_FREE + 1,
              "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1, "Q_READY": BAR_Q_READY,
-             "TURN0": BAR_TURN, "TURN1": BAR_TURN + 1, "P_FULL0": BAR_P_FULL, "P_FULL1": BAR_P_FULL + 1,
-             "P_FREE0": BAR_P_FREE, "P_FREE1": BAR_P_FREE + 1},
-            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "TURN": 256, "P_FULL": 256,
-             "P_FREE": 256},
+             "P_FULL0": BAR_P_FULL, "P_FULL1": BAR_P_FULL + 1, "P_FREE0": BAR_P_FREE, "P_FREE1": BAR_P_FREE + 1},
+            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "P_FULL": 256, "P_FREE": 256},
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
-        self.stage = config.stage
         self.fp8_mma = config.mma_path == "fp8_mma"
         self.promote = config.pv_promote  # fp8_mma: each block's P.V into zeroed temporaries
         self.q_reg_steps = config.q_reg_steps  # fp8_dequant: QK k-steps with Q from registers
-        self.qk_promote = config.qk_promote  # fp8_mma: QK's two k halves into separate accumulators
         # fp8_dequant's converter warps fill f16 rings; X[w] lives in the block's f16 K stage
         self.cvt_warps = config.cvt_warps
-        # fp8_dequant converts K(n-1) while PV(n+1) runs (the K buffer also holds the S exchange)
-        self.k_early = self.path.needs_staging and self.split_d and not self.cvt_warps
         self.k_reader_warps = 4 if self.alternate else 8  # warps that release each K stage (consumer side)
-
-    def _runs(self, stage: str) -> bool:
-        """Whether the diagnostic cut ``cfg.stage`` includes ``stage`` (compile-time)."""
-        return STAGES.index(self.stage) >= STAGES.index(stage)
+        self.tracer = Tracer(config.trace)
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -399,10 +384,10 @@ class FlashFwdSm90:
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg_idx = warp_idx // 4
-        self._trace_addr = trace_addr  # read by _trace (an SSA value of the kernel entry)
-        self._trace(warp_idx, "start", Int32(0), Int32(0))
-        if const_expr(self.stage == "launch"):
-            self._trace_exit()
+        self.tracer.bind(trace_addr)  # an SSA value of the kernel entry, read by every role's events
+        self.tracer.event(warp_idx, "start", Int32(0), Int32(0))
+        if const_expr(self.cfg.stage == "launch"):
+            self.tracer.exit()
             return
         if warp_idx == 0:
             for atom in (tma_atom_q, tma_atom_k, tma_atom_v):
@@ -468,14 +453,14 @@ class FlashFwdSm90:
             sV_tma = storage.sVs.get_tensor(sStage_layout.outer, swizzle=sStage_layout.inner, dtype=kv8)
 
         pipeline_init_wait()
-        self._trace(warp_idx, "mbarriers initialised, CTA barrier passed", Int32(0), Int32(0))
+        self.tracer.event(warp_idx, "mbarriers initialised, CTA barrier passed", Int32(0), Int32(0))
 
         # Roles first, tile facts after: values computed before setmaxnreg would stay live
         # across the producer's drop to 24 registers and spill (seen with the local mask).
         if wg_idx == 0:
             cute.arch.setmaxregister_decrease(self.cfg.producer_regs)
-            self._trace(warp_idx, "producer setmaxnreg.dec done", Int32(0), Int32(0))
-            if const_expr(self._runs("load")):  # stage "setup" stops after setmaxnreg
+            self.tracer.event(warp_idx, "producer setmaxnreg.dec done", Int32(0), Int32(0))
+            if const_expr(self.cfg.stage == "full"):  # stage "setup" stops after setmaxnreg
                 if warp_idx == 0:
                     t = self._tile(mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right)
                     if t.valid:
@@ -498,10 +483,10 @@ class FlashFwdSm90:
                                             tc.n_min, tc.n_max)
         else:
             cute.arch.setmaxregister_increase(self.cfg.consumer_regs)
-            self._trace(warp_idx, "consumer setmaxnreg.inc done", Int32(0), Int32(0))
-            if const_expr(self._runs("load")):
+            self.tracer.event(warp_idx, "consumer setmaxnreg.inc done", Int32(0), Int32(0))
+            if const_expr(self.cfg.stage == "full"):
                 t = self._tile(mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right)
-                self._trace(warp_idx, "consumer tile: n_min, n_max", t.n_min, t.n_max)
+                self.tracer.event(warp_idx, "consumer tile: n_min, n_max", t.n_min, t.n_max)
                 if t.valid:
                     self.consume(
                         wg_idx - 1, tidx % 128, sQ, sQ_in, sK, sV, sK_tma, sV_tma, sVt_layout, storage,
@@ -510,8 +495,8 @@ class FlashFwdSm90:
                         mQDescale, mKDescale, mVDescale, scale_log2, t.q_start, t.seqlen_q, t.m_block,
                         t.tile_head, t.kv_head, t.split_idx, t.batch,
                     )
-                self._trace(warp_idx, "consumer done", Int32(0), Int32(0))
-        self._trace_exit()
+                self.tracer.event(warp_idx, "consumer done", Int32(0), Int32(0))
+        self.tracer.exit()
 
     def _tile(self, mCuSeqlensQ, mSeqUsedK, num_splits, qheads_per_kvhead, window_left, window_right):
         """This CTA's tile: grid (m blocks heaviest first, tile head x split, batch) -> facts.
@@ -537,36 +522,6 @@ class FlashFwdSm90:
             seqlen_q=seqlen_q, kv_head=tile_head * self.group // qheads_per_kvhead, mask=mask,
             n_min=n_min, n_max=n_max, valid=m_block * self.tile_m < seqlen_q * self.group,
         )
-
-    @cute.jit
-    def _trace(self, warp_idx, what: cutlass.Constexpr[str], a, b):
-        """``cfg.trace``: heartbeat (event, a, b) of lane 0 of every warp of CTA (0, 0, 0) into the
-        host-mapped buffer at ``trace_addr`` (system-scope stores the host sees while a kernel
-        hangs) and printf from warps 0, 4, 8. Compiles to nothing without ``cfg.trace``."""
-        if const_expr(self.cfg.trace):
-            code = TRACE_EVENTS.index(what) + 1
-            bidx, bidy, bidz = cute.arch.block_idx()
-            lane = cute.arch.lane_idx()
-            if (bidx + bidy + bidz) + lane == 0:
-                addr = self._trace_addr + Int64(12) * Int64(warp_idx)
-                cute.arch.atomic_exch(cute.make_ptr(Int32, addr + 4, cute.AddressSpace.gmem), Int32(a),
-                                      sem="relaxed", scope="sys")
-                cute.arch.atomic_exch(cute.make_ptr(Int32, addr + 8, cute.AddressSpace.gmem), Int32(b),
-                                      sem="relaxed", scope="sys")
-                cute.arch.atomic_exch(cute.make_ptr(Int32, addr, cute.AddressSpace.gmem), Int32(code),
-                                      sem="release", scope="sys")
-                if warp_idx % 4 == 0:
-                    cute.printf("fa512 trace warp %d: " + what + " (%d, %d)", warp_idx, a, b)
-
-    @cute.jit
-    def _trace_exit(self):
-        """``cfg.trace``: every warp of every CTA counts itself out (word TRACE_EXIT_WORD)."""
-        if const_expr(self.cfg.trace):
-            if cute.arch.lane_idx() == 0:
-                cute.arch.atomic_add(
-                    cute.make_ptr(Int32, self._trace_addr + 4 * TRACE_EXIT_WORD, cute.AddressSpace.gmem),
-                    Int32(1), sem="relaxed", scope="sys",
-                )
 
     # ------------------------------------------------------------------------------------
     @cute.jit
@@ -605,26 +560,26 @@ class FlashFwdSm90:
         k_prod = pipe_k.make_producer()
         v_prod = pipe_v.make_producer()
         n_blocks = n_max - n_min
-        self._trace(Int32(0), "producer tile: n_min, n_max", n_min, n_max)
+        self.tracer.event(Int32(0), "producer tile: n_min, n_max", n_min, n_max)
         if n_blocks > 0:
             hq = q_prod.acquire_and_advance()
             cute.copy(tma_atom_q, tQgQ, tQsQ, tma_bar_ptr=hq.barrier)
-            self._trace(Int32(0), "producer Q issued", Int32(0), Int32(0))
+            self.tracer.event(Int32(0), "producer Q issued", Int32(0), Int32(0))
             hk = k_prod.acquire_and_advance()
             self._load_block(tma_atom_k, tKgK, tKsK, hk, k_tiles, n_max - 1)
-            self._trace(Int32(0), "producer K issued: block, stage", n_max - 1, hk.index)
+            self.tracer.event(Int32(0), "producer K issued: block, stage", n_max - 1, hk.index)
             for i in cutlass.range(n_blocks - 1, unroll=1):
                 n = n_max - 2 - i
                 hk = k_prod.acquire_and_advance()
                 self._load_block(tma_atom_k, tKgK, tKsK, hk, k_tiles, n)
-                self._trace(Int32(0), "producer K issued: block, stage", n, hk.index)
+                self.tracer.event(Int32(0), "producer K issued: block, stage", n, hk.index)
                 hv = v_prod.acquire_and_advance()
                 self._load_v(tma_atom_v, tVgV, tVsV, hv, v_tiles, n + 1)
-                self._trace(Int32(0), "producer V issued: block, stage", n + 1, hv.index)
+                self.tracer.event(Int32(0), "producer V issued: block, stage", n + 1, hv.index)
             hv = v_prod.acquire_and_advance()
             self._load_v(tma_atom_v, tVgV, tVsV, hv, v_tiles, n_min)
-            self._trace(Int32(0), "producer V issued: block, stage", n_min, hv.index)
-        self._trace(Int32(0), "producer done", Int32(0), Int32(0))
+            self.tracer.event(Int32(0), "producer V issued: block, stage", n_min, hv.index)
+        self.tracer.event(Int32(0), "producer done", Int32(0), Int32(0))
 
     @cute.jit
     def _load_block(self, tma_atom, tXgX, tXsX, h, tiles: KVBlockTiles, n_block):
@@ -738,7 +693,6 @@ class FlashFwdSm90:
             if const_expr(decode_pv.SMEM_BYTES > self._q_half_bytes() - self._vt_offset()):
                 raise ValueError("fa512: decode_pv's P^T buffers do not fit where the V^T tile was")
             pvt = decode_pv.make_pvt_parts(self._q_half_ptr(storage, wg, self._vt_offset()), tidx_wg)
-            sV_dst_w = pvt
         tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt_w))
         if const_expr(self.cfg.pv_transposed):
             acc_O = pvt.acc
@@ -752,7 +706,7 @@ class FlashFwdSm90:
         sX = None
         if const_expr(self.fp8_mma and self.split_d):
             sX = self._fp8_exchange_view(storage, x_shape)
-        elif const_expr(self.k_early or self.cvt_warps):
+        elif const_expr(self.cvt_warps):
             sX = self._dequant_exchange_view(storage, x_shape)
         elif const_expr(self.split_d):
             sX = storage.sX.get_tensor(cute.make_layout(x_shape, stride=(1, 4, 512, n_s * 128)))
@@ -789,30 +743,24 @@ class FlashFwdSm90:
             promo = self._promote_parts(sVt_w, tidx_wg, tOrP)
         sScales = None  # fp8_mma: e4m3 Q row scales (row, d half)
         q_row_scale = None  # fp8_mma: scales of this thread's two S rows: its d half's (split-d
-        q_row_scale_hi = None  # QK), or d half 0's and (here) d half 1's (duplicated QK)
+        q_row_scale_hi = None  # QK), or d half 0's and (here) d half 1's (alternate: all of d)
         if const_expr(self.fp8_mma):
             sScales = storage.sQscale.get_tensor(cute.make_layout((self.tile_m, 2)))
             q_row_scale = cute.make_rmem_tensor(2, Float32)
             if const_expr(not self.split_d):
                 q_row_scale_hi = cute.make_rmem_tensor(2, Float32)
 
-        qkp = None  # qk_promote: (n32 QK MMA, its Q fragments, K fragments per key half, temporary)
-        if const_expr(self.qk_promote):
-            qkp = self._qk_promote_parts(sQ_w, sK_w, tidx_wg)
         q_regs = None  # q_reg_steps: (RS QK MMA, Q's first k-steps as A fragments, their smem source)
         if const_expr(self.q_reg_steps):
             q_regs = self._q_reg_parts(sQ_w, tidx_wg)
         q_cons = pipe_q.make_consumer()
         k_cons = pipe_k.make_consumer()
         v_cons = pipe_v.make_consumer()
-        # diagnostic cuts (compile-time): "load" = pipelines only, "qk" = no PV, "full"
-        do_qk = self._runs("qk")
-        do_pv = self._runs("full")
         warp = 4 * (wg + 1) + tidx_wg // 32  # for the trace only
         n_blocks = n_max - n_min
         if n_blocks > 0:
             hq = q_cons.wait_and_advance()
-            self._trace(warp, "consumer Q ready", Int32(0), Int32(0))
+            self.tracer.event(warp, "consumer Q ready", Int32(0), Int32(0))
             self.path.prepare_q(sQ_in_w, sQ_mma_w, sScales[None, wg] if const_expr(self.fp8_mma) else None,
                                 tidx_wg, wg)
             if const_expr(self.q_reg_steps):
@@ -843,147 +791,97 @@ class FlashFwdSm90:
                 # ---- first block (highest), always masked ----
                 n = n_max - 1
                 hk = k_cons.wait_and_advance()
-                self._trace(warp, "consumer K ready: block, stage", n, hk.index)
+                self.tracer.event(warp, "consumer K ready: block, stage", n, hk.index)
                 k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
-                acc_T = self._second_half_acc(s_shape)
-                if const_expr(self.cfg.pingpong):
-                    if wg == 1:  # WG 0 issues first
-                        cute.arch.barrier_arrive(barrier_id=BAR_TURN, number_of_threads=256)
-                if const_expr(do_qk):
-                    if const_expr(self.qk_promote):
-                        self._qk_promoted(qkp, acc_S, k_idx)
-                    else:
-                        self._take_turn(wg)
-                        self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
-                        self._pass_turn(wg, False)
-                        warpgroup.wait_group(0)
+                self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs)
+                warpgroup.wait_group(0)
                 if const_expr(not self.cvt_warps):  # cvt_warps: the K stage holds X until the exchange
                     self.path.finish_k(hk)
-                    self._trace(warp, "consumer K released: block, stage", n, hk.index)
-                if const_expr(do_qk):
-                    if const_expr(self.split_d):
-                        xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                        self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale, sX_rows, lane)
-                        self._trace(warp, "consumer S exchanged: block", n, Int32(0))
-                    elif const_expr(self.fp8_mma):
-                        _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
+                    self.tracer.event(warp, "consumer K released: block, stage", n, hk.index)
+                xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                self._exchange(acc_S, xm, xo, wg, True, n_blocks == 1, warp_live, q_row_scale, sX_rows, lane)
+                self.tracer.event(warp, "consumer S exchanged: block", n, Int32(0))
                 if const_expr(self.cvt_warps):
                     self.path.finish_k(hk)
-                if const_expr(do_qk):
-                    _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, True)
-                    self._p_to_a(acc_S, tOrP, softmax, warp_live)
-                    if const_expr(self.cfg.pv_transposed):
-                        decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
-                if const_expr(self.k_early):
-                    if n_blocks > 1:
-                        hk = k_cons.wait_and_advance()
-                        self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
+                _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, True)
+                self._p_to_a(acc_S, tOrP, softmax, warp_live)
+                if const_expr(self.cfg.pv_transposed):
+                    decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
                 # ---- steady state: QK(n) overlaps PV(n+1) (fp8_mma: and the transpose of V(n+1)) ----
                 for i in cutlass.range(n_blocks - 1, unroll=1):
                     n = n_max - 2 - i
-                    if const_expr(not self.k_early):
-                        hk = k_cons.wait_and_advance()
-                        self._trace(warp, "consumer K ready: block, stage", n, hk.index)
-                        k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
-                    if const_expr(self.cfg.pingpong):
-                        # V(n+1) is transposed and O rescaled before this warpgroup's turn (while the
-                        # other one's MMAs run): S and T are not live yet (the other order spills 96
-                        # STL/LDL at 240), and the turn issues QK(n) and PV(n+1) back to back
-                        hv = v_cons.wait_and_advance()
-                        self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
-                        v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
-                        if const_expr(do_qk):
-                            softmax.rescale(acc_O, row_scale)
+                    hk = k_cons.wait_and_advance()
+                    self.tracer.event(warp, "consumer K ready: block, stage", n, hk.index)
+                    k_idx = self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
                     acc_S = cute.make_rmem_tensor(s_shape, Float32)
-                    acc_T = self._second_half_acc(s_shape)
-                    if const_expr(do_qk):
-                        if const_expr(self.qk_promote):
-                            self._qk_promoted(qkp, acc_S, k_idx)  # complete on return
-                        else:
-                            self._take_turn(wg)
-                            self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs, acc_T)
-                        if const_expr(not self.promote and not self.cfg.pingpong and not self.cfg.pv_transposed):
-                            softmax.rescale(acc_O, row_scale)
-                    if const_expr(not self.cfg.pingpong):
-                        hv = v_cons.wait_and_advance()
-                        self._trace(warp, "consumer V ready: block, stage", n + 1, hv.index)
-                        v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
+                    self._qk(tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs)
+                    if const_expr(not self.promote and not self.cfg.pv_transposed):
+                        softmax.rescale(acc_O, row_scale)
+                    hv = v_cons.wait_and_advance()
+                    self.tracer.event(warp, "consumer V ready: block, stage", n + 1, hv.index)
                     if const_expr(self.cfg.pv_transposed):
+                        self._load_vt(pvt, hv, sV_src_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
                         decode_pv.scale_columns(pvt, (n + 1) % 2, tidx_wg)  # published with P(n+1)
-                    if const_expr(do_pv):
+                        decode_pv.issue_pv(pvt, (n + 1) % 2)
+                    else:
+                        v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg,
+                                                    mask.seqlen_k - (n + 1) * self.tile_n)
                         if const_expr(self.promote):
                             self._pv_slice(promo, 0, tOrP, v_idx)
-                        elif const_expr(self.cfg.pv_transposed):
-                            decode_pv.issue_pv(pvt, (n + 1) % 2)
                         else:
                             self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
-                            self._pass_turn(wg, False)
-                    if const_expr(do_qk):
-                        # QK(n) done (PV(n+1) may still run); without PV nothing else is in flight
-                        warpgroup.wait_group(1 if do_pv else 0)
-                    if const_expr(not self.k_early and not self.cvt_warps):
+                    warpgroup.wait_group(1)  # QK(n) done (PV(n+1) may still run)
+                    if const_expr(not self.cvt_warps):
                         self.path.finish_k(hk)
-                        self._trace(warp, "consumer K released: block, stage", n, hk.index)
-                    if const_expr(do_qk):
-                        if const_expr(self.promote):
-                            # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
-                            promo.scale.store(row_scale.load())
-                        if const_expr(self.split_d):
-                            xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
-                            self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale,
-                                           sX_rows, lane)
-                            self._trace(warp, "consumer S exchanged: block", n, Int32(0))
-                        elif const_expr(self.fp8_mma):
-                            _sum_d_halves(acc_S, acc_T, q_row_scale, q_row_scale_hi)
+                        self.tracer.event(warp, "consumer K released: block, stage", n, hk.index)
+                    if const_expr(self.promote):
+                        # corr(n+1), applied to O in the slice adds, before softmax(n) replaces it
+                        promo.scale.store(row_scale.load())
+                    xm, xo = self._x_pair(sX, x_mine, x_other, tidx_wg, wg, k_idx)
+                    self._exchange(acc_S, xm, xo, wg, False, i == n_blocks - 2, warp_live, q_row_scale,
+                                   sX_rows, lane)
+                    self.tracer.event(warp, "consumer S exchanged: block", n, Int32(0))
                     if const_expr(self.cvt_warps):
                         self.path.finish_k(hk)
-                    if const_expr(do_qk):
-                        _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, False)
-                    if const_expr(self.k_early):
-                        if i < n_blocks - 2:  # K(n-1) while PV(n+1) runs
-                            hk = k_cons.wait_and_advance()
-                            self._convert_k_early(hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk)
-                    if const_expr(do_pv and self.promote):
+                    _mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, False)
+                    if const_expr(self.promote):
                         self._p_to_a(acc_S, promo.p_next, softmax, warp_live)  # P(n) now: S dies before the other slices
                         self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
-                    elif const_expr(do_pv):
+                    else:
                         warpgroup.wait_group(0)
                     self.path.finish_v(hv)
-                    self._trace(warp, "consumer V released: block, stage", n + 1, hv.index)
-                    if const_expr(do_qk):
-                        if const_expr(do_pv and self.promote):
-                            tOrP.store(promo.p_next.load())
-                        else:
-                            self._p_to_a(acc_S, tOrP, softmax, warp_live)
-                        if const_expr(self.cfg.pv_transposed):
-                            decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
-                # ---- last PV ----
-                if const_expr(do_qk):
+                    self.tracer.event(warp, "consumer V released: block, stage", n + 1, hv.index)
                     if const_expr(self.promote):
-                        promo.scale.store(row_scale.load())
-                    elif const_expr(not self.cfg.pv_transposed):
-                        softmax.rescale(acc_O, row_scale)
+                        tOrP.store(promo.p_next.load())
+                    else:
+                        self._p_to_a(acc_S, tOrP, softmax, warp_live)
+                    if const_expr(self.cfg.pv_transposed):
+                        decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
+                # ---- last PV ----
+                if const_expr(self.promote):
+                    promo.scale.store(row_scale.load())
+                elif const_expr(not self.cfg.pv_transposed):
+                    softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
-                self._trace(warp, "consumer V ready: block, stage", n_min, hv.index)
-                v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
+                self.tracer.event(warp, "consumer V ready: block, stage", n_min, hv.index)
                 if const_expr(self.cfg.pv_transposed):
+                    self._load_vt(pvt, hv, sV_src_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
                     decode_pv.scale_columns(pvt, n_min % 2, tidx_wg)
-                if const_expr(do_pv and self.promote):
-                    self._pv_slice(promo, 0, tOrP, v_idx)
-                    self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
-                elif const_expr(do_pv and self.cfg.pv_transposed):
                     decode_pv.issue_pv(pvt, n_min % 2)
                     warpgroup.wait_group(0)
-                elif const_expr(do_pv):
-                    self._take_turn(wg)
-                    self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
-                    self._pass_turn(wg, True)
-                    warpgroup.wait_group(0)
+                else:
+                    v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
+                    if const_expr(self.promote):
+                        self._pv_slice(promo, 0, tOrP, v_idx)
+                        self._pv_promote_rest(promo, acc_O, tOrP, v_idx)
+                    else:
+                        self._pv(tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)
+                        warpgroup.wait_group(0)
                 self.path.finish_v(hv)
-                self._trace(warp, "consumer V released: block, stage", n_min, hv.index)
+                self.tracer.event(warp, "consumer V released: block, stage", n_min, hv.index)
             hq.release()
-            self._trace(warp, "consumer Q released, epilogue next", Int32(0), Int32(0))
+            self.tracer.event(warp, "consumer Q released, epilogue next", Int32(0), Int32(0))
 
         # -- epilogue ----------------------------------------------------------------------------
         o_scale = cute.make_rmem_tensor(2, Float32)
@@ -1031,36 +929,25 @@ class FlashFwdSm90:
         )
         return sVt_w, v_chunks, (q_words, (wg * self._q_half_bytes() + vt_offset) // 4)
 
-    # -- fp8_dequant: the S exchange lives in the f16 K operand buffer ----------------------
-    # Warpgroup w's d half of sK (tile_n x 256 f16, contiguous: the 128 B swizzle atoms run down
-    # the rows first) is dead from the end of QK(n) until K(n-1) is converted into it, which is
-    # exactly when X[w] is live. The conversion therefore waits on X_FREE[w] (the other
-    # warpgroup has read X[w]) instead of the next exchange.
+    # -- fp8_dequant: the S exchange lives in the f16 K stages ----------------------------------
+    # Warpgroup w's d half of an f16 K stage (tile_n x 256 f16, contiguous: the 128 B swizzle
+    # atoms run down the rows first) is dead from the end of QK(n) until the converter warps
+    # refill the stage, which happens only after both warpgroups released it (after the
+    # exchange): exactly when X[w] is live.
 
     def _dequant_exchange_view(self, storage, x_shape):
-        """X[w] at the start of warpgroup w's half of the f16 K buffer (cvt_warps: of each f16 K
-        stage, an extra last mode)."""
+        """X[w] at the start of warpgroup w's half of each f16 K stage (an extra last mode)."""
         half_words = self.tile_n * self.half_d * 2 // 4
         assert x_shape[0] * x_shape[1] * x_shape[2] <= half_words, "X[w] must fit in a d half of sK"
         x_ptr = cute.recast_ptr(storage.sK.data_ptr(), dtype=Float32)
-        if self.cvt_warps:
-            return cute.make_tensor(x_ptr, cute.make_layout((*x_shape, CVT_F16_STAGES),
-                                                            stride=(1, 4, 512, half_words, 2 * half_words)))
-        return cute.make_tensor(x_ptr, cute.make_layout(x_shape, stride=(1, 4, 512, half_words)))
+        return cute.make_tensor(x_ptr, cute.make_layout((*x_shape, CVT_F16_STAGES),
+                                                        stride=(1, 4, 512, half_words, 2 * half_words)))
 
     def _x_pair(self, sX, x_mine, x_other, tidx_wg, wg, k_idx):
         """This thread's (X[w], X[1-w]) for the block whose K stage is ``k_idx``."""
         if self.cvt_warps:
             return sX[None, tidx_wg, None, wg, k_idx], sX[None, tidx_wg, None, 1 - wg, k_idx]
         return x_mine, x_other
-
-    @cute.jit
-    def _convert_k_early(self, hk, sK_src_w, sK_dst_w, tidx_wg, wg, do_qk: cutlass.Constexpr[bool]):
-        """fp8_dequant: convert this warpgroup's half of the next K block (its e4m3 stage ``hk``)
-        into the f16 operand buffer, once the other warpgroup has read X[w] there."""
-        if const_expr(do_qk):
-            cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
-        self.path.prepare_k(hk, sK_src_w, sK_dst_w, tidx_wg, wg, None)
 
     def _q_half_bytes(self) -> int:
         return self.tile_m * self.half_d * self.q_dtype.width // 8
@@ -1083,7 +970,7 @@ class FlashFwdSm90:
             tOrP.store(acc_as_a_view(acc_S).load().to(self.dtype))
 
     def _second_half_acc(self, s_shape):
-        """fp8_mma with the duplicated QK: the accumulator of d half 1's QK^T (None otherwise)."""
+        """fp8_mma, all of d in one warpgroup (alternate): the accumulator of d half 1's QK^T (None otherwise)."""
         if self.fp8_mma and not self.split_d:
             return cute.make_rmem_tensor(s_shape, Float32)
         return None
@@ -1092,7 +979,7 @@ class FlashFwdSm90:
     def _qk(self, tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_regs=None, acc_T=None):
         """Issue S = Q K^T for one block (this warpgroup's d half; committed, the caller waits).
         With ``q_regs`` (fp8_dequant) the first q_reg_steps k-steps take Q from registers. With
-        ``acc_T`` (fp8_mma, duplicated QK: all of d) d half 0 accumulates into S and d half 1
+        ``acc_T`` (fp8_mma, alternate: all of d) d half 0 accumulates into S and d half 1
         into T, each from zero: the same FP8 accumulations, and after `_sum_d_halves` the same
         S bit for bit, as the split-d layout's two warpgroups."""
         warpgroup.fence()
@@ -1119,43 +1006,6 @@ class FlashFwdSm90:
                     cute.gemm(atom_s, acc_S, tSrQ[None, None, k], tB[None, None, k], acc_S)
         warpgroup.commit_group()
 
-    # -- fp8_mma qk_promote: each k half of QK^T accumulated from zero, added in fp32 ------------
-    # A second 64 x 64 accumulator spilled (91-117 STL/LDL at 232 and 240 registers), and so did
-    # a 32-key temporary (13 at 240), so S is computed QKP_COLS keys at a time: k half 0 into S's
-    # own registers, k half 1 into an 8-register temporary T, then S_part += T. In the
-    # accumulator fragment, registers 8h .. 8h+7 are columns 16h .. 16h+15 (wgmma's C layout
-    # runs over 8-column groups).
-
-    def _qk_promote_parts(self, sQ_w, sK_w, tidx_wg):
-        """(QKP_COLS-key QK MMA, its Q fragments, K fragments per key part, the temporary)."""
-        tiled = self._warpgroup_mma(QKP_COLS)
-        thr = tiled.get_slice(tidx_wg)
-        tq = thr.make_fragment_A(thr.partition_A(sQ_w))
-        tk = [thr.make_fragment_B(thr.partition_B(cute.local_tile(sK_w, (QKP_COLS, self.qk_k), (h, 0, None))))
-              for h in range(self.tile_n // QKP_COLS)]
-        temp = thr.make_fragment_C(thr.partition_shape_C((self.tile_m, QKP_COLS)))
-        return tiled, tq, tk, temp
-
-    @cute.jit
-    def _qk_promoted(self, qkp, acc_S, k_idx):
-        """S = Q K^T for one block with each k half accumulated from zero; complete on return
-        (nothing else may be in flight)."""
-        tiled, tq, tk, temp = qkp
-        steps = cute.size(tq.shape[2])
-        for h in cutlass.range_constexpr(self.tile_n // QKP_COLS):
-            s_part = cute.make_tensor(acc_S.iterator + cute.size(temp) * h, temp.layout)
-            tB = tk[h][None, None, None, k_idx]
-            atom = cute.make_mma_atom(tiled.op)
-            warpgroup.fence()
-            for k in cutlass.range_constexpr(steps):
-                atom.set(warpgroup.Field.ACCUMULATE, k % (steps // 2) != 0)
-                dst = s_part if k < steps // 2 else temp
-                cute.gemm(atom, dst, tq[None, None, k], tB[None, None, k], dst)
-            warpgroup.commit_group()
-            warpgroup.wait_group(0)
-            for i in cutlass.range_constexpr(cute.size(temp)):
-                s_part[i] = s_part[i] + temp[i]
-
     def _q_reg_parts(self, sQ_w, tidx_wg):
         """(RS QK MMA, registers for Q[:, first q_reg_steps x 16 columns of this d half] as its
         A fragments, the thread's elements of them in the f16 Q tile)."""
@@ -1166,7 +1016,7 @@ class FlashFwdSm90:
         tSrQ = cute.make_rmem_tensor(thr.partition_shape_A((self.tile_m, 16 * self.q_reg_steps)), self.dtype)
         return tiled, tSrQ, tSsQ
 
-    # -- qk_mode "alternate": the warpgroups take the key blocks in turn -----------------------
+    # -- layout "alternate": the warpgroups take the key blocks in turn -----------------------
     # Block j (the j-th from the top, n = n_max - 1 - j) is WG (j % 2)'s: it waits for K(j) in
     # its own K stage (two stages, so the blocks of WG w always land in stage w), computes S(j)
     # over all of d, runs the softmax step from the state block j-1 left, converts P(j), and
@@ -1195,7 +1045,7 @@ class FlashFwdSm90:
         self, wg: cutlass.Constexpr[int], tidx_wg, storage, tiled_mma_qk, tSrQ, tSrK, tiled_mma_pv, tOrVt, sVt_w, acc_O, s_shape,
         tScS, tOrP, softmax, row_scale, q_scale_lo, q_scale_hi, mask, n_max, n_blocks, k_cons, v_cons, warp_live,
     ):
-        """Every block of the tile, ``qk_mode="alternate"`` (see above); returns with O complete."""
+        """Every block of the tile, layout "alternate" (see above); returns with O complete."""
         sP, p_words, state = self._alternate_views(storage)
         tiled_ss = self._warpgroup_mma(self.half_d)  # P.V with P from a slot
         thr_ss = tiled_ss.get_slice(tidx_wg)
@@ -1287,25 +1137,17 @@ class FlashFwdSm90:
         cute.arch.fence_view_async_shared()  # P is read by the other warpgroup's wgmma (async proxy)
         cute.arch.barrier_arrive(barrier_id=BAR_P_FULL + wg, number_of_threads=256)
 
-    # -- pingpong: the two warpgroups issue their MMAs in turns ------------------------------
-    # Turn t of WG w waits on TURN[w] and ends with an arrive on TURN[1-w]. WG w takes N + 1
-    # turns for N blocks (QK of the first block, QK(n) + PV(n+1) per loop step, the last PV);
-    # WG 1 arrives once before its first turn and skips the arrive after its last one, so each
-    # barrier sees as many arrivals as waits.
-
     @cute.jit
-    def _take_turn(self, wg):
-        if const_expr(self.cfg.pingpong):
-            cute.arch.barrier(barrier_id=BAR_TURN + wg, number_of_threads=256)
-
-    @cute.jit
-    def _pass_turn(self, wg, is_last: cutlass.Constexpr[bool]):
-        if const_expr(self.cfg.pingpong):
-            if const_expr(is_last):
-                if wg == 0:
-                    cute.arch.barrier_arrive(barrier_id=BAR_TURN + 1, number_of_threads=256)
-            else:
-                cute.arch.barrier_arrive(barrier_id=BAR_TURN + 1 - wg, number_of_threads=256)
+    def _load_vt(self, pvt, hv, sV_chunks, tidx_wg, wg, rows_valid):
+        """``pv_transposed``: V^T A fragments of this warpgroup's d half of V stage ``hv`` into
+        ``pvt``, then release the stage. The barrier publishes P^T (`decode_pv.publish_p`); keys
+        past the sequence are zeroed in the stage first."""
+        cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
+        if rows_valid < self.tile_n:
+            zero_keys_past(sV_chunks, hv.index, decode_pv.pvt_tail_chunk(tidx_wg % 32, tidx_wg // 32, wg), tidx_wg,
+                           rows_valid)
+        decode_pv.load_vt(pvt, sV_chunks, hv.index, wg, tidx_wg)
+        hv.release()
 
     @cute.jit
     def _pv(self, tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx):
@@ -1387,9 +1229,8 @@ class FlashFwdSm90:
         pair = None
         if const_expr(sX_rows is not None):
             pair = _row_pair_sums(acc_S)
-        if const_expr(not is_first and not self.k_early and not self.cvt_warps):
-            # wait until the other WG has read what this WG wrote for the previous block (k_early:
-            # done before the K conversion that overwrites X[w], `_convert_next_k`)
+        if const_expr(not is_first and not self.cvt_warps):
+            # wait until the other WG has read what this WG wrote for the previous block
             cute.arch.barrier(barrier_id=BAR_X_FREE + wg, number_of_threads=256)
         if const_expr(sX_rows is not None):
             cute.autovec_copy(pair, cute.local_tile(x_mine, (4, n_s // 8), (0, 0)))

@@ -120,7 +120,7 @@ class Mma16Backend(Backend):
         return ws
 
     def make_config(self, problem: Problem, target):
-        from cute_kernels.config import default_config
+        from cute_kernels.variants import default_config
 
         return default_config(
             kv_dtype=_dtype_name(problem.kv_dtype),
@@ -140,7 +140,7 @@ class Mma16Backend(Backend):
         """Run the kernel; ``config`` overrides ``plan.config`` (A/B profiling, diagnostic stages).
 
         ``trace_addr``: device-visible address of a host-mapped int32 buffer of
-        `cute_kernels.config.TRACE_BUFFER_WORDS` words, used by ``config.trace`` variants only
+        `cute_kernels.diagnostics.TRACE_BUFFER_WORDS` words, used by ``config.trace`` variants only
         (profiles/gpu_mma16_smoke.py --diag --trace); 0 otherwise.
 
         When ``plan`` is a `fa512.call_cache.Launcher` (one call signature), what depends only
