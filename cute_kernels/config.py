@@ -92,15 +92,15 @@ class Sm90FwdConfig:
     descale : (bool, bool, bool)
         Whether q/k/v descale tensors are passed ((B, Hkv) float32 views, any strides).
     layout : "split_d" | "alternate" | "decode"
-        How the two consumer warpgroups share a key block:
-        "split_d" (every MMA path): warpgroup w computes Q.K^T
+        How the two consumer warpgroups share a key block (one consumer module each):
+        "split_d" (`cute_kernels.consumer_split_d`, every MMA path): warpgroup w computes Q.K^T
         over its own half of d and the two fp32 partial S tiles are summed through smem, so no
         MMA work is duplicated; each runs P.V on its d half of O.
-        "alternate" (fp8_mma calls whose sequences span
+        "alternate" (`cute_kernels.consumer_alternate`, fp8_mma calls whose sequences span
         several M tiles): V^T comes from the prepass (`vt_prepass`); the warpgroups take the
         key blocks in turn, the block's owner computes its full Q.K^T and softmax and hands P
         (e4m3) and the softmax state to the other through smem, both run P.V on their d halves.
-        "decode" (fp8_mma tiles of at most 8 query rows): the
+        "decode" (`cute_kernels.consumer_decode`, fp8_mma tiles of at most 8 query rows): the
         split-d exchange with each k-step of Q.K^T in a spare M row of its own (`qk_rows`), and
         at tile_n=64 P.V computed as O^T = V^T P^T (`pv_transposed`).
     producer_regs, consumer_regs : int
@@ -299,7 +299,7 @@ class Sm90FwdConfig:
     def _fp8_mma_smem_plan(self) -> dict:
         """fp8_mma: the q-dtype Q tile is read once (quantised into sQ8), after which each
         warpgroup reuses its 32 KB half of it for its fp32 partial-S exchange tile (64 x tile_n
-        x 4 B) and its transposed V (256 x tile_n B): `FlashFwdSm90._q_half_ptr`. That is what
+        x 4 B) and its transposed V (256 x tile_n B): `consumer_base.ConsumerBase.q_half_ptr`. That is what
         leaves room for two K and two V stages at tile_n=64 (64 + 32 + 2 x 32 + 2 x 32 KB)."""
         kv = self.tile_n * HEAD_DIM
         return {

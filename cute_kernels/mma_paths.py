@@ -7,7 +7,7 @@ and what a consumer warpgroup does between "stage full" and "issue the MMA":
 - `Mma16Path` (bf16 / f16 KV): TMA writes straight into the MMA operand stages; the consumer
   MMAs the stage it waited on and releases it after the MMA completed.
 - `DequantFp8Path` (e4m3 KV -> f16): TMA writes e4m3 tiles into staging stages; the producer
-  warpgroup's converter warps (`FlashFwdSm90.convert_kv`) convert each block, both d halves,
+  warpgroup's converter warps (`cute_kernels.converter`) convert each block, both d halves,
   into a two-stage f16 ring (`convert_block`), and the consumers MMA its stages and release
   them, as for 16-bit KV. V rows past seqused_k are written as zeros, so a NaN bit pattern in
   an unused cache slot cannot reach O through 0 x NaN. A bf16 Q is narrowed to f16 in place
@@ -17,7 +17,7 @@ and what a consumer warpgroup does between "stage full" and "issue the MMA":
   wants); each warpgroup quantises its Q half to e4m3 once and transposes each V stage's half
   into its Vt buffer (keys in P's register order), releasing the stage at once. See
   `fp8_operands`. (Decode tiles at tile_n=64 load V^T from the stage into registers instead,
-  `FlashFwdSm90._load_vt`; the alternating layout's V^T arrives by TMA.)
+  `cute_kernels.consumer_decode`; the alternating layout's V^T arrives by TMA.)
 
 Every method is called by one consumer warpgroup (128 threads, ``tidx_wg`` in 0..127) on its own
 (rows, 256) half tiles. ``prepare_k`` / ``prepare_v`` return the index of the operand buffer
