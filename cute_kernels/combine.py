@@ -21,7 +21,7 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float32, Int32
 
 HEAD_DIM = 512
-MAX_SPLITS = 32  # one lane per split; fa512.validate.MAX_SPLITS
+MAX_SPLITS = 32  # one lane per split; fa512.contract.MAX_SPLITS
 WARPS_PER_CTA = 4
 COLS_PER_LANE = HEAD_DIM // 32  # 16 floats = 4 vectors of 4
 LOG2_E = math.log2(math.e)

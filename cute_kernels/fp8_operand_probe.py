@@ -5,7 +5,7 @@ produces, runs the device function by two warpgroups exactly as `FlashFwdSm90` d
 half each), and copies the result back: the transpose as the raw shared-memory image of both
 warpgroups' Vt tiles, the quantisation as e4m3 Q plus the row scales. tests/test_fp8_operands.py
 compares them bit for bit with the Python models (`key_of_k`, `vt_word_index`, and
-`fa512.emulation.quantize_q_rows`).
+`fa512.numerics.emulation.quantize_q_rows`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Q (`quantize_q_half`)
     power-of-two scale per row and half: scale = 2^k for the smallest k with amax <= 448 * 2^k
     (k clamped to [-126, 126]; an all-zero row gets 1). q / scale is exact, so the only rounding
     is e4m3's own, and S_half = scale * (Q8_half . K_half) is what `FlashFwdSm90` sums across the
-    two warpgroups. `fa512.emulation` (design fa512_fp8) reproduces this rule bit for bit.
+    two warpgroups. `fa512.numerics.emulation` (design fa512_fp8) reproduces this rule bit for bit.
 
 P (`p_to_fp8_a`)
     The fp32 accumulator of an m64nN wgmma holds, per thread (q = lane % 4), columns
@@ -28,7 +28,7 @@ V (`transpose_v_half`)
     `decode_pv`.)
 
 P as an smem operand (`store_p_tile`)
-    With ``qk_mode="alternate"`` one warpgroup's P is the other's A operand, read from smem by
+    In the alternating layout (`cute_kernels.consumer_alternate`) one warpgroup's P is the other's A operand, read from smem by
     an SS wgmma: a (64, 64) K-major tile with 64 B swizzle (the layout of a Vt tile), the
     register fragment's words stored at their (row, k) places (`p_word_index`).
 
@@ -146,7 +146,7 @@ def p_to_fp8_a(acc_P: cute.Tensor, tOrP: cute.Tensor):
     dst.store(src.load().to(Float8E4M3FN))
 
 
-# qk_mode "alternate" hands P to the other warpgroup as the A operand of an SS wgmma: a
+# The alternating layout hands P to the other warpgroup as the A operand of an SS wgmma: a
 # (64, 64) e4m3 K-major tile with 64 B swizzle, laid out like a V^T tile (rows of 64 bytes), in
 # the k order of the register fragment, so both warpgroups multiply the same P by the same V^T.
 P_TILE_BYTES = 64 * 64
@@ -248,7 +248,7 @@ def v_chunk_index(key, c16, tile_n: int):
 
 @cute.jit
 def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_base, wg, tidx_wg: Int32,
-                     rows_valid, tile_n: cutlass.Constexpr[int], tail_branch: cutlass.Constexpr[bool] = False):
+                     rows_valid, tile_n: cutlass.Constexpr[int]):
     """Vt (256, tile_n) e4m3, K-major <- warpgroup wg's d half of V stage ``stage``, keys in
     `P_KEY_ORDER`.
 
@@ -262,10 +262,9 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
 
     Keys >= ``rows_valid`` are stored as zeros (None: all valid); only a sequence's last block
     has such keys. At tile_n=64 they are zeroed in the V stage first, only in a block that has
-    them (`zero_keys_past`). At tile_n=32 the zeroing is a select per loaded word; with
-    ``tail_branch`` it runs only in the last block, behind a warp-uniform branch, at the cost
-    of a second copy of the transpose (the split-d variants spilled 2-11 STL/LDL with it, so
-    only the pingpong ones take it).
+    them (`zero_keys_past`). At tile_n=32 the zeroing is a select per loaded word (a branch to
+    a second, unzeroed copy of the transpose for the other blocks spilled the split-d variants
+    2-11 STL/LDL).
     """
     if const_expr(tile_n == 64):
         if const_expr(rows_valid is not None):
@@ -273,10 +272,6 @@ def transpose_v_half(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_b
                 zero_keys_past(sV_chunks, stage, transpose_tail_chunk(tidx_wg % 32, tidx_wg // 32, wg), tidx_wg,
                                rows_valid)
         _transpose_ldsm(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg)
-    elif const_expr(rows_valid is None or not tail_branch):
-        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, rows_valid, tile_n)
-    elif rows_valid >= tile_n:
-        _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, None, tile_n)
     else:
         _transpose_units(sV_chunks, stage, sVt_words, vt_base, wg, tidx_wg, rows_valid, tile_n)
 

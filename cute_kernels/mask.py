@@ -76,7 +76,7 @@ class TileGeometry:
             lo = self.q_lo() + self.offset() - self.window_left  # first key some row can see
             n_min = ops.max(lo, ops.zero()) // self.tile_n
         if is_split:
-            # fa512.reference.split_key_ranges: 64-key blocks [s*per, (s+1)*per), per = ceil(n/S)
+            # fa512.numerics.reference.split_key_ranges: 64-key blocks [s*per, (s+1)*per), per = ceil(n/S)
             per = ops.max(ceil_div(ceil_div(self.seqlen_k, SPLIT_BLOCK), num_splits), ops.zero() + 1)
             key_lo = split_idx * per * SPLIT_BLOCK
             key_hi = ops.min(key_lo + per * SPLIT_BLOCK, self.seqlen_k)

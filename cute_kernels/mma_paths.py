@@ -6,18 +6,18 @@ and what a consumer warpgroup does between "stage full" and "issue the MMA":
 
 - `Mma16Path` (bf16 / f16 KV): TMA writes straight into the MMA operand stages; the consumer
   MMAs the stage it waited on and releases it after the MMA completed.
-- `DequantFp8Path` (e4m3 KV -> f16): TMA writes e4m3 tiles into staging stages; each consumer
-  warpgroup converts *its own half of d* (the half its split-d MMAs read) into a single f16
-  operand buffer, releases the staging stage at once, fences the generic->async proxy and
-  syncs its 128 threads before its MMA. The split-d layout makes the conversion WG-local: no
-  cross-warpgroup barrier is added. V rows past seqused_k are written as zeros, so a NaN bit
-  pattern in an unused cache slot cannot reach O through 0 x NaN. A bf16 Q is narrowed to f16
-  in place the same way (each warpgroup its half).
+- `DequantFp8Path` (e4m3 KV -> f16): TMA writes e4m3 tiles into staging stages; the producer
+  warpgroup's converter warps (`cute_kernels.converter`) convert each block, both d halves,
+  into a two-stage f16 ring (`convert_block`), and the consumers MMA its stages and release
+  them, as for 16-bit KV. V rows past seqused_k are written as zeros, so a NaN bit pattern in
+  an unused cache slot cannot reach O through 0 x NaN. A bf16 Q is narrowed to f16 in place
+  by the consumers (each warpgroup its half, `_convert_half_tile`).
 
 - `Fp8MmaPath` (e4m3 KV, FP8 wgmma): K is MMA'd in its TMA stage (e4m3, K-major as QGMMA
   wants); each warpgroup quantises its Q half to e4m3 once and transposes each V stage's half
   into its Vt buffer (keys in P's register order), releasing the stage at once. See
-  `fp8_operands`.
+  `fp8_operands`. (Decode tiles at tile_n=64 load V^T from the stage into registers instead,
+  `cute_kernels.consumer_decode`; the alternating layout's V^T arrives by TMA.)
 
 Every method is called by one consumer warpgroup (128 threads, ``tidx_wg`` in 0..127) on its own
 (rows, 256) half tiles. ``prepare_k`` / ``prepare_v`` return the index of the operand buffer
@@ -32,13 +32,13 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
 
-from .config import CVT_F16_STAGES, HEAD_DIM
+from .config import CVT_F16_STAGES
 from .dsl_utils import sw128_unit
-from .decode_pv import load_vt, pvt_tail_chunk
-from .fp8_operands import quantize_q_half, transpose_v_half, zero_keys_past
+from .fp8_operands import quantize_q_half, transpose_v_half
 
 BAR_WG_LOCAL = 4  # + wg: 128-thread barrier of one consumer warpgroup (conversion hand-off)
-# both consumer WGs: the e4m3 Q tile is complete (fp8_mma with the duplicated QK, once per tile)
+# both consumer WGs: the e4m3 Q tile is complete (fp8_mma layout "alternate", once per tile:
+# each warpgroup's QK^T reads both d halves)
 BAR_Q_READY = 6
 _DTYPES = {"bf16": BFloat16, "f16": Float16}
 
@@ -95,18 +95,14 @@ class Mma16Path:
 class DequantFp8Path:
     """e4m3 K/V converted in-kernel to f16 (SM90 converts e4m3x2 -> f16x2 in one instruction).
 
-    Its buffers are passed as 16-byte unit views (`unit_view`): ``sQ_in_w`` / ``sQ_mma_w`` the
-    Q tile as loaded and as f16, ``sSrc_w`` the e4m3 staging ring, ``sDst_w`` the f16 operand
-    buffer (each warpgroup converts its own d half, `_convert_half_tile`).
-
-    ``in_producer`` (`Sm90FwdConfig.cvt_warps`): the producer warpgroup's converter warps fill
-    a two-stage f16 ring (`convert_block`); the consumers' prepare/finish only name and release
-    its stages, as for 16-bit KV.
+    The producer warpgroup's converter warps (`Sm90FwdConfig.cvt_warps`) fill a two-stage f16
+    ring (`convert_block`); the consumers' prepare/finish only name and release its stages, as
+    for 16-bit KV. Q's buffers are passed as 16-byte unit views (`unit_view`): ``sQ_in_w`` /
+    ``sQ_mma_w`` the Q tile as loaded and as f16.
     """
 
     q_dtype_name: str  # "bf16" | "f16"
     tile_n: int
-    in_producer: bool = False
 
     @property
     def mma_dtype(self):
@@ -121,9 +117,8 @@ class DequantFp8Path:
         return True
 
     def mma_stages(self, kv_stages: int) -> int:
-        # one f16 operand buffer per K and V (the e4m3 staging ring holds kv_stages), or the
-        # converter warps' f16 ring
-        return CVT_F16_STAGES if self.in_producer else 1
+        # the converter warps' f16 ring (the e4m3 staging ring holds kv_stages)
+        return CVT_F16_STAGES
 
     def kv_tile_bytes(self, tile_n: int, head_dim: int) -> int:
         return tile_n * head_dim
@@ -138,34 +133,20 @@ class DequantFp8Path:
 
     @cute.jit
     def prepare_k(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
-        if const_expr(self.in_producer):
-            return handle.index
-        return self._convert(handle, sSrc_w, sDst_w, tidx_wg, wg, rows_valid)
+        """The f16 stage the converter warps filled."""
+        return handle.index
 
     @cute.jit
     def prepare_v(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
-        if const_expr(self.in_producer):
-            return handle.index
-        return self._convert(handle, sSrc_w, sDst_w, tidx_wg, wg, rows_valid)
-
-    @cute.jit
-    def _convert(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
-        """Convert this warpgroup's half of the staged e4m3 block into the f16 operand buffer;
-        free the stage."""
-        stage_units = self.tile_n * HEAD_DIM // 16
-        _rewrite_from_stage(handle, wg, lambda: _convert_half_tile(
-            sSrc_w, handle.index * stage_units, sDst_w, self.tile_n, wg, tidx_wg, rows_valid))
-        return 0
+        return handle.index
 
     @cute.jit
     def finish_k(self, handle):
-        if const_expr(self.in_producer):
-            handle.release()
+        handle.release()
 
     @cute.jit
     def finish_v(self, handle):
-        if const_expr(self.in_producer):
-            handle.release()
+        handle.release()
 
     @cute.jit
     def convert_block(self, src: cute.Tensor, src_base, dst: cute.Tensor, dst_base, cvt_tidx: Int32, rows_valid):
@@ -200,11 +181,8 @@ class Fp8MmaPath:
 
     q_dtype_name: str  # "bf16" | "f16"
     tile_n: int
-    shared_q: bool = False  # duplicated QK: both warpgroups read the whole e4m3 Q tile
-    skip_transpose: bool = False  # Sm90FwdConfig.stage "no_vt" (timing only)
-    vt_from_tma: bool = False  # Sm90FwdConfig.vt_prepass: the V stage already holds V^T
+    shared_q: bool = False  # layout "alternate": each warpgroup's QK^T reads the whole e4m3 Q tile
     qk_rows: bool = False  # Sm90FwdConfig.qk_rows: one 32-d chunk of a query row per M row
-    pv_transposed: bool = False  # Sm90FwdConfig.pv_transposed: V^T A fragments straight from the stage
 
     @property
     def mma_dtype(self):
@@ -228,7 +206,7 @@ class Fp8MmaPath:
     def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
         """Quantise this warpgroup's Q half to e4m3 (row scales to sScale_w) and make it visible
         to the wgmma (async proxy) and its scales to the threads that read them: this
-        warpgroup's, or both warpgroups' with the duplicated QK (``shared_q``)."""
+        warpgroup's, or both warpgroups' when each computes QK^T over all of d (``shared_q``)."""
         quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, self.qk_rows)
         cute.arch.fence_view_async_shared()
         if const_expr(self.shared_q):
@@ -245,26 +223,11 @@ class Fp8MmaPath:
         """Transpose the stage's V half into the warpgroup's Vt buffer and free the stage.
 
         ``sSrc_w``: the V ring as 16-byte chunks (`fp8_operands.transpose_v_half`);
-        ``sDst_w``: (Vt words, first word of this warpgroup's Vt). With ``pv_transposed`` there
-        is no Vt: the V^T A fragments are loaded from the stage into ``sDst_w`` (`decode_pv`).
+        ``sDst_w``: (Vt words, first word of this warpgroup's Vt).
         """
-        if const_expr(self.vt_from_tma):
-            return handle.index  # P.V reads the stage; finish_v frees it
-        if const_expr(self.pv_transposed):
-            # sDst_w: `decode_pv.PvtParts`. The barrier publishes P^T (`decode_pv.publish_p`)
-            cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
-            if rows_valid < self.tile_n:
-                zero_keys_past(sSrc_w, handle.index, pvt_tail_chunk(tidx_wg % 32, tidx_wg // 32, wg), tidx_wg,
-                               rows_valid)
-            load_vt(sDst_w, sSrc_w, handle.index, wg, tidx_wg)
-            handle.release()
-            return 0
         vt_words, vt_base = sDst_w
-        if const_expr(self.skip_transpose):
-            handle.release()
-            return 0
         _rewrite_from_stage(handle, wg, lambda: transpose_v_half(
-            sSrc_w, handle.index, vt_words, vt_base, wg, tidx_wg, rows_valid, self.tile_n, self.shared_q))
+            sSrc_w, handle.index, vt_words, vt_base, wg, tidx_wg, rows_valid, self.tile_n))
         return 0
 
     @cute.jit
@@ -273,8 +236,7 @@ class Fp8MmaPath:
 
     @cute.jit
     def finish_v(self, handle):
-        if const_expr(self.vt_from_tma):
-            handle.release()
+        pass  # released by prepare_v, right after the transpose
 
 
 def _rewrite_from_stage(handle, wg, write) -> None:
@@ -360,16 +322,13 @@ def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Co
                     cute.autovec_copy(part, dst[dst_units[q][u] + step * (b + j), None])
 
 
-def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, cvt_warps: bool = False,
-                  skip_transpose: bool = False, vt_from_tma: bool = False, qk_rows: bool = False,
-                  pv_transposed: bool = False):
+def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, qk_rows: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path)
     if mma_path == "fp8_dequant":
-        return DequantFp8Path(q_dtype, tile_n, in_producer=cvt_warps)
+        return DequantFp8Path(q_dtype, tile_n)
     if mma_path == "fp8_mma":
-        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, skip_transpose=skip_transpose,
-                          vt_from_tma=vt_from_tma, qk_rows=qk_rows, pv_transposed=pv_transposed)
+        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, qk_rows=qk_rows)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 

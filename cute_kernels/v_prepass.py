@@ -29,7 +29,7 @@ from .fp8_operands import transpose_v_half
 
 HEAD_DIM = 512
 HALF_D = 256
-TILE_N = 64  # keys per block: the forward kernel's tile_n (pingpong variants)
+TILE_N = 64  # keys per block: the forward kernel's tile_n (layout "alternate")
 THREADS = 256  # two warpgroups, one d half each, as in the forward kernel
 CHUNKS = TILE_N * HEAD_DIM // 16  # 16-byte chunks of one V block
 VT_CHUNKS_PER_ROW = TILE_N // 16  # 16-byte chunks of one Vt row (64 keys)
@@ -97,8 +97,7 @@ class VTransposePrepass:
             cute.arch.barrier()
             # 2. each warpgroup transposes its d half, zeroing keys >= rows_valid
             wg = tidx // 128
-            transpose_v_half(chunks, 0, vt_words, wg * (HALF_D * TILE_N // 4), wg, tidx % 128, rows_valid, TILE_N,
-                             tail_branch=True)
+            transpose_v_half(chunks, 0, vt_words, wg * (HALF_D * TILE_N // 4), wg, tidx % 128, rows_valid, TILE_N)
             cute.arch.barrier()
             # 3. unswizzle into the scratch: Vt row d's 16-byte chunk c sits at chunk
             #    c ^ ((d >> 1) & 3) of its 64-byte row (`fp8_operands.vt_word_index`)

@@ -1,7 +1,7 @@
 """What torch's custom-op call costs by itself, for ``fa512::fwd``'s schema.
 
 Builds (torch.utils.cpp_extension.load_inline, ~40 s once per build directory) a probe op
-``fa512_floor::fwd`` with exactly `fa512.op.SCHEMA` and a no-op boxed kernel registered like
+``fa512_floor::fwd`` with exactly `fa512.api.op.SCHEMA` and a no-op boxed kernel registered like
 fa512's (CompositeExplicitAutograd; autograd takes the dispatcher's default fallback), and a
 timer that calls any op through the C++ dispatcher on a prepared argument stack (what AOTI and
 C++ callers pay: no Python argument parsing). `profiles/host_overhead.py --breakdown` reports:

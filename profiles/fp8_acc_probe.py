@@ -1,5 +1,5 @@
 """Probe how FP8 wgmma accumulates: e4m3 GEMMs through cuBLAS (QGMMA, fast accumulation) with
-known inputs, saved for fitting `fa512.emulation.gmma_fp8` on a CPU.
+known inputs, saved for fitting `fa512.numerics.emulation.gmma_fp8` on a CPU.
 
     PYTHONPATH=python:. python3 profiles/fp8_acc_probe.py OUT_DIR
 

@@ -1,4 +1,4 @@
-"""Dump fp8_mma inputs and outputs of a few small cases (for fitting `fa512.emulation` on CPU).
+"""Dump fp8_mma inputs and outputs of a few small cases (for fitting `fa512.numerics.emulation` on CPU).
 
     PYTHONPATH=python:. python3 profiles/fp8_dump.py OUT_DIR
 """

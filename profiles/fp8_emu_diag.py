@@ -1,6 +1,6 @@
 """Which numeric model does the fp8_mma kernel follow? Runs small cases on the GPU and prints
 the kernel's rel L2 / lse error against emulations with exact fp32 accumulation and with the
-`acc_bits` model of FP8 wgmma accumulation (`fa512.emulation.gmma_fp8`) at several widths.
+`acc_bits` model of FP8 wgmma accumulation (`fa512.numerics.emulation.gmma_fp8`) at several widths.
 ``--p`` instead probes P itself: V = identity, so out[:, key] is the kernel's normalised P.
 
     PYTHONPATH=python:. python3 profiles/fp8_emu_diag.py [--p]

@@ -6,13 +6,13 @@ Run on an H100/H200 from the repository root::
 
 What it does, in order (small before large, so a failure shows up early and cheaply):
 
-1. correctness cases vs the float64 reference (`fa512.reference.attention_ref`), bf16 and fp16,
+1. correctness cases vs the float64 reference (`fa512.numerics.reference.attention_ref`), bf16 and fp16,
    masks none/causal/local, packed and paged K/V, GQA packing, varlen, empty rows/sequences,
    descales, splits 1..32 + combine, Gemma-4 head shapes (Hq=32/Hkv=4, 16/2, 8/1);
 2. a CUDA-graph capture of a split decode step replayed with new seqused_k values;
 3. timings: causal prefill of 8192 tokens (Hq=32, Hkv=4, bf16) against a bf16 GEMM ceiling,
    decode B=64 x 8192 keys against copy bandwidth, host launch overhead; ``--ab`` also times
-   the fork's duplicated-QK layout and tile_n=32 x 2 stages. Every timing is the median call
+   tile_n=32 x 2 stages. Every timing is the median call
    over 0.2 s of GPU time after 0.1 s of warm-up (`time_cuda`), and each case's ceiling is
    timed the same way right before and right after it (the H200 clocks down under load).
 
@@ -31,13 +31,13 @@ Diagnosis of a hang (``--diag``): one tiny launch per diagnostic cut of the kern
 
     diag_launch   the kernel returns at once: tvm-ffi call, TMA descriptors, stream, launch
     diag_setup    + smem, mbarrier init, CTA barrier, setmaxnreg dec/inc (the 2026-11-29 hang)
-    diag_load     + producer TMA of Q/K/V and the consumers' wait/release of every stage, no MMA
-    diag_qk       + QK wgmma, split-d S exchange (named barriers 1-3), masks, softmax; no PV
     diag_full     the kernel, checked against the reference (1 key block)
     diag_full_loop / diag_full_split2 / diag_n32_s2 / diag_fp8_dequant: the steady-state loop,
                   the combine kernel, two-stage rings, the dequant path (all checked)
 
-and prints which cut first hangs or fails. ``--trace`` compiles the cuts with ``cfg.trace``: the
+and prints which cut first hangs or fails. (The cuts inside the roles' loops, "load" and "qk",
+are gone since issue 20, last in 5962547; past setup, ``--trace`` places a hang.)
+``--trace`` compiles the cuts with ``cfg.trace``: the
 kernel writes per-warp progress of CTA (0, 0, 0) to host-mapped memory, which the worker reads
 and decodes while the kernel hangs (which warp waits for what, at which block and stage), plus
 device printf of warps 0/4/8 (flushed only if the kernel completes). First commands on a GPU::
@@ -80,35 +80,19 @@ TOL_EMU = 5e-4  # fp8_mma: rel L2 of out vs the emulation of its own numerics (i
 
 
 # fp8_mma's long-context guard forced on for a short sequence (the dispatch turns it on from
-# cute_kernels.config.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
-PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, qk_mode="split_d", pingpong=False,
-                vt_prepass=False, qk_rows=False)
-# fp8_mma's QK^T accumulation guard (two zeroed k halves added in fp32), forced on, and the
-# dequant control without part of Q in registers (its default since 2026-11-29), for their A/B
-QK_PROMOTED = dict(qk_promote=True, pv_promote=False, producer_regs=24, consumer_regs=240, qk_mode="split_d",
-                   pingpong=False, vt_prepass=False, qk_rows=False, pv_transposed=False)
-Q_REGS_OFF = dict(q_reg_steps=0)
-# the dequant control's conversion in the producer warpgroup's warps 1-3 (Sm90FwdConfig.cvt_warps)
-CVT_WARPS = dict(cvt_warps=True, kv_stages=1, producer_regs=72, consumer_regs=216)
-# fp8_mma with the duplicated QK (no S exchange between the warpgroups) and the warpgroups
-# taking turns at the tensor cores (the multi-tile layout before qk_mode="alternate"), and the
-# split-d layout (the dispatch's choice for one-tile decode): each forced for the A/B
-PINGPONG = dict(qk_mode="duplicate", pingpong=True, pv_promote=False, producer_regs=24, consumer_regs=240,
-                qk_rows=False, pv_transposed=False)
-# the pingpong layout with the in-kernel V transpose (the multi-tile dispatch before the V^T prepass)
-IN_KERNEL_VT = dict(PINGPONG, vt_prepass=False)
-# decode tiles without the k-steps in their spare M rows (the dispatch's split-d decode before
-# Sm90FwdConfig.qk_rows): the A/B of its cost and accuracy
-NO_QK_ROWS = dict(qk_rows=False, pv_transposed=False)
-# decode tiles' P.V on the V^T tile the consumers transpose V into (the dispatch before
-# Sm90FwdConfig.pv_transposed): the A/B of the transposed P.V
-VT_TILE = dict(pv_transposed=False)
-SPLIT_D = dict(qk_mode="split_d", pingpong=False, pv_promote=False, producer_regs=40, consumer_regs=232,
-               vt_prepass=False)
+# cute_kernels.variants.PV_PROMOTE_MIN_KEYS keys): the A/B of its cost
+PROMOTED = dict(pv_promote=True, producer_regs=24, consumer_regs=240, layout="split_d")
+# decode tiles on the split-d layout, without the k-steps in their spare M rows (the dispatch's
+# one-tile variant; its decode before Sm90FwdConfig.qk_rows): the A/B of the decode layout's
+# cost and accuracy
+NO_QK_ROWS = dict(layout="split_d")
+# fp8_mma's split-d layout (the dispatch's choice for one-tile calls), forced where the dispatch
+# picks another layout
+SPLIT_D = dict(layout="split_d", pv_promote=False, producer_regs=40, consumer_regs=232)
 
 
 def fp8_mma_cases(quick: bool) -> list[dict]:
-    """``--fp8``: the FP8-MMA kernel against `fa512.emulation` (design fa512_fp8) and the reference."""
+    """``--fp8``: the FP8-MMA kernel against `fa512.numerics.emulation` (design fa512_fp8) and the reference."""
     c = []
     add = lambda name, **kw: c.append(dict(name=name, kind="check", kernel="fp8_mma", kv="fp8", **kw))  # noqa: E731
     add("fp8mma_tiny_one_block", hq=8, hkv=1, q_lens=[64], k_lens=[64], page_size=64)
@@ -129,8 +113,6 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
     add("fp8mma_decode_long", q_lens=[1, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
     add("fp8mma_decode_long_q4", q_lens=[4, 1], k_lens=[20000, 17000], causal=True, page_size=64, descale=True)
     add("fp8mma_decode_local_qkrows", q_lens=[1, 1, 1], k_lens=[900, 70, 3000], window=[300, 0], page_size=64)
-    add("fp8mma_decode_split4_vt", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4, descale=True,
-        config=VT_TILE)
     if not quick:
         add("fp8mma_gemma31b_prefill2048", q_lens=[2048], k_lens=[2048], causal=True, page_size=64, descale=True,
             logit_std=4.0, softmax_scale=1.0)
@@ -146,28 +128,20 @@ def fp8_mma_cases(quick: bool) -> list[dict]:
         # the same 128k decode with P.V accumulated on the tensor core (no promotion): the A/B
         add("fp8mma_decode_128k_unguarded", hq=8, hkv=1, q_lens=[1], k_lens=[131072], page_size=64, logit_std=1.0,
             config=dict(pv_promote=False))
-    # each QK layout forced where the dispatch picks the other: the duplicated QK with pingpong
-    # has the numerics of split-d (per-half Q scales and FP8 accumulations summed in fp32), so
-    # both are checked against the same emulation
-    for tag, cfg in (("pingpong", PINGPONG), ("splitd", SPLIT_D)):
-        add(f"fp8mma_{tag}_causal_varlen", q_lens=[200, 77, 1], k_lens=[200, 300, 50], causal=True, page_size=64,
-            descale=True, config=cfg)
-        add(f"fp8mma_{tag}_local", q_lens=[150], k_lens=[400], window=[100, 3], page_size=64, config=cfg)
-        add(f"fp8mma_{tag}_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4,
-            descale=True, config=cfg)
-        add(f"fp8mma_{tag}_noncausal_empty", q_lens=[3, 0, 70], k_lens=[0, 10, 900], page_size=64, config=cfg)
-    # the QK accumulation guard: correctness against its emulation, and the retrieval probe
-    # (fa512.inputs, 31B heads, one query) with and without it, beside the anchor design's emulation
-    add("fp8mma_qkpromote_causal_varlen", q_lens=[200, 77, 1], k_lens=[200, 300, 50], causal=True, page_size=64,
-        descale=True, config=QK_PROMOTED)
-    add("fp8mma_qkpromote_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4,
-        descale=True, config=QK_PROMOTED)
+    # the split-d layout forced where the dispatch picks another (alternating prefill, decode
+    # tiles): it has the same numerics model (per-half Q scales and FP8 accumulations summed in
+    # fp32), so it is checked against the same emulation
+    add("fp8mma_splitd_causal_varlen", q_lens=[200, 77, 1], k_lens=[200, 300, 50], causal=True, page_size=64,
+        descale=True, config=SPLIT_D)
+    add("fp8mma_splitd_local", q_lens=[150], k_lens=[400], window=[100, 3], page_size=64, config=SPLIT_D)
+    add("fp8mma_splitd_decode_split4", q_lens=[1, 1, 1], k_lens=[1000, 5, 64], page_size=64, splits=4,
+        descale=True, config=SPLIT_D)
+    add("fp8mma_splitd_noncausal_empty", q_lens=[3, 0, 70], k_lens=[0, 10, 900], page_size=64, config=SPLIT_D)
+    # the retrieval probe (fa512.tools.inputs, 31B heads, one query), beside the anchor design's emulation
     for keys in (32768,) if quick else (32768, 131072):
         for std in (1.0, 2.0):
-            for guard in (False, True):
-                add(f"fp8mma_retrieval{keys // 1024}k_std{std:g}" + ("_qkpromote" if guard else ""),
-                    family="retrieval", seqlen_k=keys, logit_std=std, config=QK_PROMOTED if guard else None)
-            # the decode variant before qk_rows (the dispatch now uses qk_rows here)
+            add(f"fp8mma_retrieval{keys // 1024}k_std{std:g}", family="retrieval", seqlen_k=keys, logit_std=std)
+            # the decode tile on the split-d layout (the dispatch uses the decode layout here)
             add(f"fp8mma_retrieval{keys // 1024}k_std{std:g}_noqkrows", family="retrieval", seqlen_k=keys,
                 logit_std=std, config=NO_QK_ROWS)
     c.append(dict(name="fp8mma_cuda_graph_decode_split8", kind="graph", kernel="fp8_mma", kv="fp8"))
@@ -190,7 +164,6 @@ def fp8_perf_cases() -> list[dict]:
     mma = dict(kernel="fp8_mma")
     split = dict(kernel="fp8_mma", splits="plan")
     n32 = dict(tile_n=32, kv_stages=4)
-    no_qregs = dict(q_reg_steps=0)
     return [
         dict(name="ceiling_fp8_gemm_8192", kind="gemm_fp8"),
         dict(name="ceiling_copy_bandwidth", kind="copy"),
@@ -203,44 +176,17 @@ def fp8_perf_cases() -> list[dict]:
         # split counts other than the plan's (8 for 16 m-blocks on 132 SMs)
         *[_decode(f"ab_decode_b4_k32768_fp8_mma_s{n}", 4, 32768, kernel="fp8_mma", splits=n) for n in (4, 12, 16, 24, 32)],
         _decode("ab_decode_b4_k32768_fp8_mma_s16_noqkrows", 4, 32768, kernel="fp8_mma", splits=16, config=NO_QK_ROWS),
-        # timing bound only (wrong output): decode without its in-kernel V transpose
-        _decode("ab_decode_b64_k8192_fp8_mma_novt", 64, 8192, **mma, config=dict(VT_TILE, stage="no_vt")),
-        _decode("ab_decode_b4_k32768_fp8_mma_split_novt", 4, 32768, **split, config=dict(VT_TILE, stage="no_vt")),
-        _decode("ab_decode_b64_k8192_fp8_mma_vt", 64, 8192, **mma, config=VT_TILE),
-        _decode("ab_decode_b4_k32768_fp8_mma_split_vt", 4, 32768, **split, config=VT_TILE),
         _decode("ab_decode_b64_k8192_fp8_mma_n32s4", 64, 8192, **mma, config=n32),
         _prefill8k("perf_prefill8192_causal_fp8_dequant"),
         _decode("perf_decode_b64_k8192_fp8_dequant", 64, 8192),
-        _prefill8k("ab_prefill8192_causal_fp8_mma_qkpromote", **mma, config=QK_PROMOTED),
-        _decode("ab_decode_b64_k8192_fp8_mma_qkpromote", 64, 8192, **mma, config=QK_PROMOTED),
-        _decode("ab_decode_b4_k32768_fp8_mma_split_qkpromote", 4, 32768, **split, config=QK_PROMOTED),
-        _prefill8k("ab_prefill8192_causal_fp8_dequant_qregs0", config=no_qregs),
-        _decode("ab_decode_b64_k8192_fp8_dequant_qregs0", 64, 8192, config=no_qregs),
         _prefill8k("ab_prefill8192_causal_fp8_mma_splitd", **mma, config=SPLIT_D),
-        # timing bound only (wrong output): pingpong without its in-kernel V transpose
-        _prefill8k("ab_prefill8192_causal_fp8_mma_novt", **mma, config=dict(IN_KERNEL_VT, stage="no_vt")),
-        # pingpong with the in-kernel V transpose, against the dispatched alternation on the prepass
-        _prefill8k("ab_prefill8192_causal_fp8_mma_invt", **mma, config=IN_KERNEL_VT),
-        # the duplicated QK with pingpong on the prepass's V^T, against the dispatched alternation
-        _prefill8k("ab_prefill8192_causal_fp8_mma_pingpong", **mma, config=PINGPONG),
-        # chunks of 16 M tiles per sequence (fewer below) and a shorter prefill, each layout
-        dict(name="ab_chunk128x4_k8192_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
-             causal=True, page_size=64, descale=True, **mma),
-        dict(name="ab_chunk128x4_k8192_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[128] * 4, k_lens=[8192] * 4,
-             causal=True, page_size=64, descale=True, **mma, config=IN_KERNEL_VT),
-        dict(name="ab_chunk128x4_k8192_fp8_mma_pingpong", kind="perf", kv="fp8", q_lens=[128] * 4,
-             k_lens=[8192] * 4, causal=True, page_size=64, descale=True, **mma, config=PINGPONG),
+        # chunks of 16 M tiles per sequence (fewer below) and a shorter prefill: the alternating
+        # warpgroups on the prepass's V^T, against the split-d layout's in-kernel transpose
         *[dict(name=f"ab_chunk{q}x4_k8192_fp8_mma_{tag}", kind="perf", kv="fp8", q_lens=[q] * 4, k_lens=[8192] * 4,
                causal=True, page_size=64, descale=True, **mma, config=cfg)
-          for q in (16, 32, 64) for tag, cfg in (("vtp", None), ("invt", IN_KERNEL_VT))],
+          for q in (16, 32, 64, 128) for tag, cfg in (("vtp", None), ("splitd", SPLIT_D))],
         dict(name="ab_prefill2048_fp8_mma_vtp", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
              page_size=64, descale=True, **mma),
-        dict(name="ab_prefill2048_fp8_mma_invt", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True,
-             page_size=64, descale=True, **mma, config=IN_KERNEL_VT),
-        dict(name="ab_prefill2048_fp8_mma_pingpong", kind="perf", kv="fp8", q_lens=[2048], k_lens=[2048],
-             causal=True, page_size=64, descale=True, **mma, config=PINGPONG),
-        _decode("ab_decode_b64_k8192_fp8_mma_pingpong", 64, 8192, **mma, config=PINGPONG),
-        _decode("ab_decode_b4_k32768_fp8_mma_split_pingpong", 4, 32768, **split, config=PINGPONG),
         _prefill8k("ab_prefill8192_causal_fp8_mma_promoted", **mma, config=PROMOTED),
         _decode("ab_decode_b64_k8192_fp8_mma_promoted", 64, 8192, **mma, config=PROMOTED),
     ]
@@ -272,19 +218,9 @@ def correctness_cases(quick: bool) -> list[dict]:
         descale=True)
     add("fp8_dequant_packed_split3", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True)
     add("fp8_dequant_local", kv="fp8", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32)
-    add("fp8_dequant_paged_causal_qregs0", kv="fp8", q_lens=[70, 1], k_lens=[700, 333], page_size=64, causal=True,
-        descale=True, config=Q_REGS_OFF)
-    add("fp8_dequant_split3_qregs0", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
-        config=Q_REGS_OFF)
-    add("fp8_dequant_paged_causal_cvtw", kv="fp8", q_lens=[70, 1], k_lens=[700, 333], page_size=64, causal=True,
-        descale=True, config=CVT_WARPS)
-    add("fp8_dequant_packed_split3_cvtw", kv="fp8", dtype="f16", q_lens=[40], k_lens=[900], splits=3, descale=True,
-        config=CVT_WARPS)
-    add("fp8_dequant_local_cvtw", kv="fp8", q_lens=[90], k_lens=[500], window=[128, 0], page_size=32,
-        config=CVT_WARPS)
-    add("fp8_dequant_empty_rows_cvtw", kv="fp8", q_lens=[3, 0, 4], k_lens=[0, 10, 2], config=CVT_WARPS)
-    add("fp8_dequant_prefill2048_cvtw_qr8", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True, page_size=64,
-        descale=True, logit_std=4.0, softmax_scale=1.0, config=dict(CVT_WARPS, q_reg_steps=8))
+    add("fp8_dequant_empty_rows", kv="fp8", q_lens=[3, 0, 4], k_lens=[0, 10, 2])
+    add("fp8_dequant_prefill2048", kv="fp8", q_lens=[2048], k_lens=[2048], causal=True, page_size=64,
+        descale=True, logit_std=4.0, softmax_scale=1.0)
     if not quick:
         add("gemma31b_prefill2048_causal", q_lens=[2048], k_lens=[2048], causal=True, logit_std=4.0,
             softmax_scale=1.0)
@@ -303,7 +239,7 @@ def correctness_cases(quick: bool) -> list[dict]:
 def diag_cases() -> list[dict]:
     """Stage bisection of a hang: the smallest launch, cut after each protocol layer."""
     tiny = dict(hq=8, hkv=1, q_lens=[64], k_lens=[64])  # one CTA row of 8 M tiles, one 64-key block
-    c = [dict(name=f"diag_{st}", kind="diag", stage=st, **tiny) for st in ("launch", "setup", "load", "qk", "full")]
+    c = [dict(name=f"diag_{st}", kind="diag", stage=st, **tiny) for st in ("launch", "setup", "full")]
     c += [
         dict(name="diag_full_loop", kind="diag", stage="full", hq=8, hkv=1, q_lens=[64], k_lens=[200]),
         dict(name="diag_full_split2", kind="diag", stage="full", hq=8, hkv=1, q_lens=[1], k_lens=[300],
@@ -313,11 +249,10 @@ def diag_cases() -> list[dict]:
         dict(name="diag_fp8_dequant", kind="diag", stage="full", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200],
              page_size=64, descale=True),
     ]
-    # fp8_mma: 64 queries x G=8 span 8 M tiles (the dispatch alternates the warpgroups, which has
-    # no cuts), so the diagnostic cuts run the split-d layout; pingpong with the in-kernel V^T forced
+    # fp8_mma: 64 queries x G=8 span 8 M tiles (the dispatch alternates the warpgroups); the
+    # split-d layout with its in-kernel V^T forced
     fp8 = dict(kind="diag", kernel="fp8_mma", kv="fp8", hq=8, hkv=1, q_lens=[64], k_lens=[200], page_size=64)
-    c += [dict(name=f"diag_fp8_mma_{st}", stage=st, config=SPLIT_D, **fp8) for st in ("setup", "load", "qk", "full")]
-    c += [dict(name="diag_fp8_mma_pingpong", stage="full", config=IN_KERNEL_VT, **fp8)]
+    c += [dict(name=f"diag_fp8_mma_{st}", stage=st, config=SPLIT_D, **fp8) for st in ("setup", "full")]
     # 128 queries x G=8 = 16 M tiles: V^T from the prepass (two kernels), the warpgroups alternating, causal
     c += [dict(name="diag_fp8_mma_vtp", stage="full", causal=True, **{**fp8, "q_lens": [128]})]
     # decode tiles (one query x G=8): the k-steps in the spare M rows (Sm90FwdConfig.qk_rows), 5 blocks
@@ -339,16 +274,10 @@ def perf_cases(ab: bool) -> list[dict]:
     ]
     if ab:
         c += [
-            dict(name="ab_prefill8192_duplicate_qk", kind="perf", q_lens=[8192], k_lens=[8192], causal=True,
-                 config=dict(qk_mode="duplicate")),
             dict(name="ab_prefill8192_n32_s2", kind="perf", q_lens=[8192], k_lens=[8192], causal=True,
                  config=dict(tile_n=32, kv_stages=2)),
             dict(name="ab_decode_b64_n32_s2", kind="perf", q_lens=[1] * 64, k_lens=[8192] * 64, page_size=64,
                  config=dict(tile_n=32, kv_stages=2)),
-            _prefill8k("ab_prefill8192_causal_fp8_dequant_cvtw", config=CVT_WARPS),
-            _prefill8k("ab_prefill8192_causal_fp8_dequant_cvtw_qr8", config=dict(CVT_WARPS, q_reg_steps=8)),
-            _decode("ab_decode_b64_k8192_fp8_dequant_cvtw", 64, 8192, config=CVT_WARPS),
-            _decode("ab_decode_b64_k8192_fp8_dequant_cvtw_qr8", 64, 8192, config=dict(CVT_WARPS, q_reg_steps=8)),
         ]
     return c
 
@@ -358,7 +287,7 @@ def perf_cases(ab: bool) -> list[dict]:
 # ---------------------------------------------------------------------------------------
 def build(case: dict, seed: int = 0):
     """Inputs on the GPU: Gaussian q/k/v with logit std ``logit_std``, random page table; with
-    ``family``, `fa512.inputs.make_case` (31B heads, one decode query, paged fp8 KV)."""
+    ``family``, `fa512.tools.inputs.make_case` (31B heads, one decode query, paged fp8 KV)."""
     import torch
 
     if case.get("family"):
@@ -413,7 +342,7 @@ def build(case: dict, seed: int = 0):
 def prepare(q, k, v, kw, num_splits, config_changes=None, kernel: str = "mma16"):
     """validate -> (backend, plan, args) for the SM90 kernel ``kernel`` (mma16 | fp8_mma).
 
-    ``num_splits``: an int, or "plan" for the split count `fa512.dispatch.make_plan` picks.
+    ``num_splits``: an int, or "plan" for the split count `fa512.planning.dispatch.make_plan` picks.
     """
     import torch
 
@@ -450,8 +379,8 @@ def compare_fp8_mma(q, k, v, kw, out, lse, num_splits: int, config, made=None) -
     """fp8_mma against the emulation of its numerics (<= TOL_EMU) and, reported, the reference.
 
     The emulation is that of the variant that ran (``config``, its `Sm90FwdConfig`:
-    `fa512.emulation.fp8_mma_design`): its key block, its guards and FP8 wgmma's accumulation as
-    the H200 does it. With ``made`` (an `fa512.inputs.Case`) it also reports the anchor design's
+    `fa512.numerics.emulation.fp8_mma_design`): its key block, its guards and FP8 wgmma's accumulation as
+    the H200 does it. With ``made`` (an `fa512.tools.inputs.Case`) it also reports the anchor design's
     emulation against the reference, with exact and with H200 accumulation, and the needle weights
     (retrieval probe).
     """
@@ -571,7 +500,7 @@ def trace_buffer():
     """(host int32 tensor, device address) of a pinned, host-mapped heartbeat buffer."""
     import torch
 
-    from cute_kernels.config import TRACE_BUFFER_WORDS
+    from cute_kernels.diagnostics import TRACE_BUFFER_WORDS
 
     buf = torch.zeros(TRACE_BUFFER_WORDS, dtype=torch.int32, pin_memory=True)
     addr = buf.data_ptr()  # UVA: pinned host memory has the same address on the device
@@ -602,7 +531,7 @@ def wait_kernel(what: str, trace=None) -> None:
         if time.perf_counter() - t0 > OPTS.kernel_timeout:
             lines = [f"@@KERNEL_HANG {what}: not finished after {OPTS.kernel_timeout:.0f} s"]
             if trace is not None:
-                from cute_kernels.config import decode_trace
+                from cute_kernels.diagnostics import decode_trace
 
                 lines += ["    trace: " + x for x in decode_trace(trace.tolist())]
             print("\n".join(lines), flush=True)
@@ -610,7 +539,7 @@ def wait_kernel(what: str, trace=None) -> None:
         time.sleep(0.02)
     torch.cuda.synchronize()  # raises here if the kernel faulted
     if trace is not None:
-        from cute_kernels.config import decode_trace
+        from cute_kernels.diagnostics import decode_trace
 
         print("\n".join("trace: " + x for x in decode_trace(trace.tolist())), flush=True)
 

@@ -51,9 +51,7 @@ for step in "$@"; do
     ab_sink)     run ab_sink 300 python3 -m fa512 ab --sweeps scale --families sink --no-plots --out "$OUT/ab_sink" ;;
     ab_scale)    run ab_scale 420 python3 -m fa512 ab --sweeps scale --families gaussian,sink,retrieval --no-plots --out "$OUT/ab_scale" ;;
     mma16_full)  run mma16_full 580 $smoke --no-perf --out "$OUT/mma16_full" ;;
-    qkpromote)   run qkpromote 300 $smoke --fp8 --no-perf --case qkpromote_ --out "$OUT/qkpromote" ;;
     retrieval)   run retrieval 400 $smoke --fp8 --no-perf --case retrieval --out "$OUT/retrieval" ;;
-    qregs)       run qregs 200 $smoke --no-perf --case qregs --out "$OUT/qregs" ;;
     fp8cases_*)  # FP8-suite correctness cases by name substrings joined with '-': fp8cases_<a>-<b>-...
       run "$step" 500 $smoke --fp8 --no-perf --case "$(echo "${step#fp8cases_}" | tr - ,)" --out "$OUT/$step" ;;
     fp8case_*)   # one case of the full FP8 suite by name substring: fp8case_<substring>

@@ -1,6 +1,6 @@
 """Does compute-sanitizer's racecheck see a named-barrier arrive -> sync hand-off?
 
-The fp8_mma kernel's alternating warpgroups (``qk_mode="alternate"``) hand P and the softmax state
+The fp8_mma kernel's alternating warpgroups (``layout="alternate"``) hand P and the softmax state
 to each other with ``bar.arrive`` by the writer and ``bar.sync`` by the reader (PTX: an arrive
 synchronizes with a sync on the same barrier). racecheck reports its softmax-state loads as
 hazards. This probe isolates the pattern: warpgroup 0 writes 128 words to shared memory and

@@ -1,4 +1,4 @@
-"""CPU tests of fa512.emulation: rounding primitives, agreement with the reference where the
+"""CPU tests of fa512.numerics.emulation: rounding primitives, agreement with the reference where the
 design is exact, the accuracy ordering of the FP8 designs, masking, and scale folding."""
 
 from __future__ import annotations
@@ -289,7 +289,8 @@ def test_reduced_precision_accumulation_model():
 def test_qk_promote_removes_most_of_the_qk_accumulation_error():
     # The retrieval probe's needle logit sums large same-sign products: with one accumulation
     # over a d half, FP8 wgmma's alignment to the growing accumulator truncates them; two zeroed
-    # k halves added in fp32 (the kernel's qk_promote) leave little of that error.
+    # k halves added in fp32 (the kernel's qk_promote variant, deleted: docs/sm90_kernel.md) leave
+    # little of that error.
     case = make_case("retrieval", heads="31B", mode="decode", batch=1, seqlen_k=1024, logit_std=2.0, seed=1)
     plain = make_design("fa512_fp8", acc_bits=13, pv_promote=False)
     guarded = dataclasses.replace(plain, qk_promote=True)
@@ -415,7 +416,7 @@ def test_gpu_fp8_mma_row_sums_add_the_rounded_p(shape):
     _, lse = fa512.attention(case.q, case.k, case.v, **case.kwargs(), kernel="fp8_mma", **extra)
     config, splits = last_launch["config"], last_launch["num_splits"] or 1
     assert last_launch["kernel"] == "fp8_mma" and splits == extra.get("num_splits", 1)
-    assert config.qk_rows if shape == "decode_split" else config.qk_mode == "alternate"
+    assert config.layout == ("decode" if shape == "decode_split" else "alternate")
     design = fp8_mma_design(config.with_split(splits > 1))
     assert design.sum_rounded_p
     dist = []
@@ -428,7 +429,7 @@ def test_gpu_fp8_mma_row_sums_add_the_rounded_p(shape):
 
 
 def test_fp8_mma_design_follows_the_launched_variant():
-    from cute_kernels.config import PV_PROMOTE_MIN_KEYS, default_config
+    from cute_kernels.variants import PV_PROMOTE_MIN_KEYS, default_config
     from fa512.numerics.emulation import GMMA_FP8_BITS, fp8_mma_design
 
     cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
@@ -436,8 +437,9 @@ def test_fp8_mma_design_follows_the_launched_variant():
     d = fp8_mma_design(cfg)
     assert (d.name, d.acc_bits, d.block_n, d.pv_promote, d.qk_promote) == ("fa512_fp8", GMMA_FP8_BITS, 64, True, False)
     assert not fp8_mma_design(cfg.with_split(True)).pv_promote  # split partials accumulate on the tensor core
-    assert fp8_mma_design(cfg.with_(qk_promote=True)).qk_promote
     assert fp8_mma_design(cfg.with_(tile_n=32, kv_stages=4, kv_layout="paged", page_size=32)).block_n == 32
+    decode = fp8_mma_design(cfg.with_split(True).with_(layout="decode"))
+    assert decode.qk_rows and decode.q_groups == 16 and not decode.qk_promote
 
 
 def test_gmma_fp8_reproduces_the_h200_bit_for_bit():
@@ -467,7 +469,7 @@ def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
     from fa512.tools.inputs import make_case
     from fa512.numerics.reference import attention_ref
     from fa512.tools.ab import error_metrics
-    from cute_kernels.config import default_config
+    from cute_kernels.variants import default_config
 
     case = make_case("retrieval", heads="31B", mode="decode", batch=1, seqlen_k=4096, logit_std=2.0, seed=0)
     ref_out, ref_lse = attention_ref(case.q, case.k, case.v, **case.kwargs())
@@ -475,7 +477,7 @@ def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
                             fp8_mma=True, max_seqlen_q=1, descale=(False, True, True))
     rows = fp8_mma_design(decode)
     assert rows.qk_rows and rows.q_groups == 16 and rows.label.endswith("+qkrows")
-    designs = {"rows": rows, "default": fp8_mma_design(decode.with_(qk_rows=False, pv_transposed=False)),
+    designs = {"rows": rows, "default": fp8_mma_design(decode.with_(layout="split_d")),
                "anchor_exact": make_design("anchor_fp8")}
     err = {}
     for name, design in designs.items():

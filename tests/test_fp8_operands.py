@@ -214,7 +214,7 @@ def test_register_permutation_matches_the_wgmma_fragments():
 
 @needs_dsl
 def test_p_tile_addressing_matches_the_wgmma_fragments():
-    # qk_mode="alternate": word w of thread t's e4m3 P fragment (the A operand of the RS P.V) is
+    # the alternating layout: word w of thread t's e4m3 P fragment (the A operand of the RS P.V) is
     # stored at word p_word_index(t, w) of the P tile, which the other warpgroup's SS P.V reads
     # through its CuTe layout. Every byte must land where that layout puts A[row, k], and each
     # warp's 32 stores of one word must hit 32 different banks.

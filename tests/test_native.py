@@ -308,43 +308,66 @@ def test_gpu_warm_native_call_host_time_is_under_10_us(mod, kind):
     assert best < 10.0, f"{kind}: {best:.2f} us per warm call"
 
 
+# fp8_mma against the emulation of the variant that ran (`fa512.numerics.emulation.fp8_mma_design`, which
+# models the H200's FP8 wgmma accumulation bit for bit): issue 5's bar; the kernel has sat at
+# 0..2.2e-4 rel L2 (README), its lse within 1e-5 (docs/sm90_kernel.md).
+EMU_REL_L2, EMU_LSE = 5e-4, 1e-4
+
+
+def _assert_matches_emulation(q, k, v, kw, out, lse, config, num_splits):
+    from fa512.numerics.emulation import emulate_attention, fp8_mma_design
+
+    args = {name: value for name, value in kw.items() if name not in ("kernel", "num_splits")}
+    want, want_lse = emulate_attention(q, k, v, **args, design=fp8_mma_design(config.with_split(num_splits > 1)),
+                                       num_splits=num_splits)
+    rel = ((out.double() - want.double()).norm() / want.double().norm()).item()
+    fin = torch.isfinite(want_lse)
+    assert torch.equal(fin, torch.isfinite(lse))
+    lse_err = (lse[fin] - want_lse[fin]).abs().max().item()
+    assert rel <= EMU_REL_L2 and lse_err <= EMU_LSE, (config.key(), rel, lse_err)
+    return rel
+
+
 @pytest.mark.gpu
-def test_gpu_vt_prepass_is_bit_identical_to_the_in_kernel_transpose(mod):
-    # The prepass writes V^T in the key order and with the zeroed tail the in-kernel transpose
-    # produces; the forward kernel's TMA load recreates its shared-memory image. Same output,
-    # bit for bit, on NaN-filled unused cache slots (zeroed, never reaching O).
+def test_gpu_vt_prepass_and_in_kernel_transpose_keep_nan_slots_out(mod):
+    # V^T reaches P.V two ways: the prepass writes it (zeroing keys past seqused_k) and the
+    # alternating prefill TMA-loads it; the split-d layout (the dispatch's one-tile fp8_mma variant,
+    # forced here) transposes each V stage in-kernel, zeroing those keys in the stage. On NaN bit
+    # patterns in the unused cache slots both stay finite and match the emulation, and each other.
     from fa512.backends.registry import BACKENDS
 
     q, k, v, kw = _gpu_case("fp8_mma_prefill")
     out_vt, lse_vt = fa512.attention(q, k, v, **kw)
-    assert last_launch["kernel"] == "fp8_mma" and last_launch["config"].vt_prepass
+    config = last_launch["config"]
+    assert last_launch["kernel"] == "fp8_mma" and config.layout == "alternate" and config.vt_prepass
     out = torch.empty_like(q)
-    launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
-    in_kernel = launcher.config.with_(vt_prepass=False, qk_mode="duplicate", pingpong=True)  # the pingpong layout's
-    lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=in_kernel)
+    call = _gpu_op_args(q, k, v, out, kw)
+    launcher = memo.launcher_for(call)
+    args = launcher.args(call)
+    split_d = launcher.plan.config.with_(layout="split_d", producer_regs=40, consumer_regs=232)
+    assert not split_d.vt_prepass and split_d.can_implement()[0]
+    lse = BACKENDS["fp8_mma"].launch(launcher.plan, args, out, config=split_d)
     torch.cuda.synchronize()
-    assert torch.isfinite(out_vt).all()
-    assert torch.equal(out, out_vt) and torch.equal(lse, lse_vt)
+    assert torch.isfinite(out_vt).all() and torch.isfinite(out).all()
+    _assert_matches_emulation(q, k, v, kw, out_vt, lse_vt, config, 1)
+    _assert_matches_emulation(q, k, v, kw, out, lse, split_d, 1)
+    assert ((out.double() - out_vt.double()).norm() / out_vt.double().norm()).item() <= EMU_REL_L2
 
 
 @pytest.mark.gpu
-def test_gpu_alternating_warpgroups_are_bit_identical_to_the_duplicated_qk(mod):
-    # qk_mode "alternate" computes each key block's S once, in one warpgroup, and hands P and the
-    # softmax state to the other through smem; the arithmetic and its order are those of the
-    # duplicated QK with pingpong, so the output is the same bit for bit (an odd and an even number
-    # of key blocks: the last block is either warpgroup's).
-    from fa512.backends.registry import BACKENDS
-
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_gpu_alternating_warpgroups_match_their_emulation(mod, num_splits):
+    # The alternating layout computes each key block's S once, in one warpgroup, and hands P and
+    # the softmax state to the other through smem; its numerics are the emulated design's (11 and
+    # 4 key blocks: the last block is either warpgroup's; with splits, each split's blocks).
     q, k, v, kw = _gpu_case("fp8_mma_prefill")
-    out_alt, lse_alt = fa512.attention(q, k, v, **kw)
+    out, lse = fa512.attention(q, k, v, **kw, num_splits=num_splits)
     config = last_launch["config"]
-    assert last_launch["kernel"] == "fp8_mma" and config.qk_mode == "alternate" and config.vt_prepass
-    out = torch.empty_like(q)
-    launcher, args = call_cache.lookup(_gpu_op_args(q, k, v, out, kw))
-    lse = BACKENDS["fp8_mma"].launch(launcher, args, out, config=config.with_(qk_mode="duplicate", pingpong=True))
+    assert last_launch["kernel"] == "fp8_mma" and config.layout == "alternate"
+    assert (last_launch["num_splits"] or 1) == num_splits
     torch.cuda.synchronize()
-    assert torch.isfinite(out_alt).all()
-    assert torch.equal(out, out_alt) and torch.equal(lse, lse_alt)
+    assert torch.isfinite(out).all()
+    _assert_matches_emulation(q, k, v, kw, out, lse, config, num_splits)
 
 
 @pytest.mark.gpu

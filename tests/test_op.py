@@ -109,7 +109,7 @@ def test_dequant_control_converts_in_the_producer_and_holds_q_in_registers(seqle
                                seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16")
     assert p.kernel == "mma16" and p.config.mma_path == "fp8_dequant"
-    assert p.config.cvt_warps and p.config.q_reg_steps == 8 and p.config.key().endswith("-qr8-cvtw")
+    assert p.config.cvt_warps and p.config.q_reg_steps == 8 and p.config.key().endswith("-split_d-r72-216")
 
 
 @pytest.mark.parametrize("seqlen_q, alternate", [(1, False), (8, False), (9, True), (127, True), (512, True)])
@@ -120,18 +120,18 @@ def test_fp8_mma_alternates_for_multi_tile_sequences(seqlen_q, alternate):
     q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
                                seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", num_splits=1)
-    assert p.kernel == "fp8_mma" and p.config.vt_prepass is alternate and not p.config.pingpong
-    assert p.config.qk_mode == ("alternate" if alternate else "split_d")
     decode_tile = seqlen_q * 8 <= 8  # one query x G=8 heads: k-steps in the spare M rows
+    layout = "alternate" if alternate else "decode" if decode_tile else "split_d"
+    assert p.kernel == "fp8_mma" and p.config.layout == layout and p.config.vt_prepass is alternate
     assert p.config.qk_rows is decode_tile and p.config.pv_transposed is decode_tile
-    assert p.config.key().endswith("-alternate-r24-240-vtp" if alternate else
-                                   "-split_d-r40-232-qkrows-pvt" if decode_tile else "-split_d-r40-232")
+    assert p.config.key().endswith("-alternate-r24-240" if alternate else
+                                   "-decode-r40-232" if decode_tile else "-split_d-r40-232")
     # the prepass's V^T scratch (B=2, Hkv=4, 512, 600 keys -> 640) is the plan's workspace
     assert p.workspace_bytes == (2 * 4 * 512 * 640 if alternate else 0)
 
 
 def test_fp8_mma_guards_long_sequences_only():
-    from cute_kernels.config import PV_PROMOTE_MIN_KEYS
+    from cute_kernels.variants import PV_PROMOTE_MIN_KEYS
 
     for max_k, promote in ((PV_PROMOTE_MIN_KEYS - 64, False), (PV_PROMOTE_MIN_KEYS, True)):
         # (max_seqlen_k is clamped to the cache's capacity, so the cache holds that many keys)

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from cute_kernels.config import variant_list
+from cute_kernels.variants import variant_list
 from fa512.call import make_call as call_of
 from fa512.planning.validate import check
 from fa512.tools import sanitize

@@ -215,7 +215,7 @@ class Mma16Backend(Backend):
         return ws
 
     def make_config(self, problem: Problem, target):
-        from cute_kernels.config import default_config
+        from cute_kernels.variants import default_config
 
         return default_config(
             kv_dtype=_dtype_name(problem.kv_dtype),
@@ -239,7 +239,7 @@ class Mma16Backend(Backend):
     def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:
         """One launch outside the memo: ``config`` overrides ``plan.config`` (A/B profiling,
         diagnostic stages); ``trace_addr`` is the device-visible address of a host-mapped int32
-        buffer of `cute_kernels.config.TRACE_BUFFER_WORDS` words for ``config.trace`` variants
+        buffer of `cute_kernels.diagnostics.TRACE_BUFFER_WORDS` words for ``config.trace`` variants
         (profiles/gpu_mma16_smoke.py --diag --trace), 0 otherwise."""
         if plan.problem.max_seqlen_q == 0 or args.q.shape[0] == 0:
             q = args.q

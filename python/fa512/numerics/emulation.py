@@ -99,8 +99,8 @@ class Design:
         fp32 O (True, the kernel's guard), or accumulate into O directly (False: shows the
         drift of reduced-precision accumulation at long context when ``acc_bits`` is set).
     qk_promote : with ``acc_bits``, accumulate each half of a d slice's k-steps of QK^T from zero
-        and add the two in fp32 (the kernel's `Sm90FwdConfig.qk_promote`), instead of one
-        accumulation over the slice.
+        and add the two in fp32 (the kernel's ``qk_promote`` variant until 5962547, deleted since:
+        docs/sm90_kernel.md, "Deleted alternatives"), instead of one accumulation over the slice.
     q_scale_pow2 : with "row_e4m3", round the row scale up to a power of two (exact scaling,
         same e4m3 relative precision; see `quantize_q_rows`). fa512_fp8 does.
     q_groups : with "row_e4m3", scale groups per row (contiguous d slices); fa512_fp8 uses 2,
@@ -296,11 +296,10 @@ def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch
 def fp8_mma_design(variant) -> Design:
     """The exact numerics of one launched fp8_mma variant (an `Sm90FwdConfig` after
     ``with_split``): fa512_fp8 with its key block, the H200's FP8 wgmma accumulation
-    (`gmma_fp8`, `GMMA_FP8_BITS`) and the variant's guards (``pv_promote``, ``qk_promote``,
-    ``qk_rows``)."""
+    (`gmma_fp8`, `GMMA_FP8_BITS`) and the variant's guards (``pv_promote``, ``qk_rows``)."""
     base = make_design("fa512_fp8", block_n=variant.tile_n, acc_bits=GMMA_FP8_BITS, pv_promote=variant.pv_promote)
     rows = dict(qk_rows=True, q_groups=16) if variant.qk_rows else {}
-    return dataclasses.replace(base, qk_promote=variant.qk_promote, **rows)
+    return dataclasses.replace(base, **rows)
 
 
 def anchor_on_h200_design() -> Design:

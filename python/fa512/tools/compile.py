@@ -1,6 +1,6 @@
 """``python -m fa512 compile``: build every CuTe DSL variant for a GPU arch on any machine, check it.
 
-For each variant of `cute_kernels.config.variant_list` (the d512 forwards), the split-KV
+For each variant of `cute_kernels.variants.variant_list` (the d512 forwards), the split-KV
 combine kernels and the V^T prepass kernels of the ``vt_prepass`` variants, writes
 ``<out>/<key>.cubin`` and ``<out>/<key>.sass`` and checks:
 
@@ -227,7 +227,7 @@ def register_pool_problem(setmaxnreg: list, reg: int, threads: int) -> Optional[
 
 
 def _specs(short: bool, only: Optional[str]):
-    from cute_kernels.config import variant_list
+    from cute_kernels.variants import variant_list
 
     from ..backends.compile_cache import KernelSpec
 

@@ -1,6 +1,6 @@
 """``python -m fa512 sanitize``: compute-sanitizer over a small call of every dispatched SM90 variant.
 
-One case per forward variant of `cute_kernels.config.variant_list` (the variants CI compiles and
+One case per forward variant of `cute_kernels.variants.variant_list` (the variants CI compiles and
 the dispatch selects; `case_for` builds a call whose plan is that variant, and the CPU test
 ``tests/test_sanitize.py`` checks it for every variant), so the split combine and the V^T prepass
 run inside the cases that use them. For each tool (memcheck, racecheck, synccheck, initcheck) one
@@ -62,19 +62,20 @@ class SweepCase:
 
 def case_for(cfg) -> SweepCase:
     """A small call that the dispatch serves with ``cfg`` (an `Sm90FwdConfig` of `variant_list`)."""
-    from cute_kernels.config import PV_PROMOTE_MIN_KEYS, QK_ROWS_MAX_QUERY_ROWS, TILE_M
+    from cute_kernels.config import TILE_M
+    from cute_kernels.variants import PV_PROMOTE_MIN_KEYS, QK_ROWS_MAX_QUERY_ROWS
 
     g = cfg.qhead_per_kvhead
-    if cfg.qk_rows:  # decode tiles: at most QK_ROWS_MAX_QUERY_ROWS rows of queries
+    if cfg.layout == "decode":  # at most QK_ROWS_MAX_QUERY_ROWS rows of queries
         q_len = max(1, QK_ROWS_MAX_QUERY_ROWS // g) if cfg.mask == "causal" else 1
-    elif cfg.vt_prepass:  # several M tiles
+    elif cfg.layout == "alternate":  # several M tiles
         q_len = 2 * TILE_M // g + 3
     elif cfg.mma_path == "fp8_mma":  # one M tile, more than a decode tile's rows
         q_len = TILE_M // g
     else:
         q_len = max(2, 40 // g)
     # the long-context split-d variants: P.V promoted, or (split) the same 24 / 240 registers
-    long = cfg.mma_path == "fp8_mma" and not (cfg.qk_rows or cfg.vt_prepass) and cfg.producer_regs == 24
+    long = cfg.mma_path == "fp8_mma" and cfg.layout == "split_d" and cfg.producer_regs == 24
     k_lens = (PV_PROMOTE_MIN_KEYS + 77,) if long else (3 * 64 + 37, 64 + 5)
     q_lens = (q_len,) * len(k_lens)
     causal = cfg.mask in ("causal", "local")
@@ -83,13 +84,13 @@ def case_for(cfg) -> SweepCase:
         key=cfg.key(), kernel="fp8_mma" if cfg.mma_path == "fp8_mma" else "mma16", kv_dtype=kv, q_dtype=cfg.q_dtype,
         page_size=cfg.page_size if cfg.is_paged else 0, group=g, q_lens=q_lens, k_lens=k_lens, causal=causal,
         window_left=100 if cfg.mask == "local" else -1, num_splits=2 if cfg.split else 1, descale=tuple(cfg.descale),
-        alternate=bool(cfg.vt_prepass),
+        alternate=cfg.layout == "alternate",
     )
 
 
 def sweep_cases(only: str = "") -> list:
     """One case per forward variant CI compiles (`variant_list`), filtered by key substring."""
-    from cute_kernels.config import variant_list
+    from cute_kernels.variants import variant_list
 
     return [case_for(cfg) for cfg in variant_list() if only in cfg.key()]
 
