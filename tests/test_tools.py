@@ -439,17 +439,22 @@ def test_ab_quick_on_gpu_runs_every_available_kernel(tmp_path):
     report = json.loads((tmp_path / "ab.json").read_text())
     assert rc == 0 and report["meta"]["gpu"] is True and report["kernels"]["failed"] == []
     kernel_of = {v[0]: v[1] for v in ab.KERNEL_VARIANTS}
+    floor = {r["case"]: r["rel_l2"] for r in report["rows"] if r["entry"].startswith("cast:")}
     for r in report["rows"]:
         if r["kind"] == "kernel":
             assert r["ran"] == kernel_of[r["entry"]]  # the op really ran the requested kernel
-            # Issue 5's bar: each kernel within 5e-4 of the exact numerics of what ran. For fp8_mma
-            # that is `vs_hw` (the emulation of the variant that ran, H200 FP8 accumulation);
-            # its `vs_emu` is the distance to the fa512_fp8 design with exact accumulation, which
-            # the CPU emulation puts at 2.9e-2 on "gaussian std=1 E2B chunked B=1 q=64 k=2048".
+            # fp8_mma: issue 5's bar, within 5e-4 of the exact numerics of the variant that ran
+            # (`vs_hw`: its emulation with the H200's FP8 accumulation). Its `vs_emu` is the
+            # distance to the fa512_fp8 design with exact accumulation, 2.9e-2 on "gaussian std=1
+            # E2B chunked B=1 q=64 k=2048" (CPU emulation and H200 alike, 2026-12-01).
             if r["entry"] == "fp8_mma":
                 assert r["vs_hw"] <= 5e-4, (r["entry"], r["case"], r["vs_hw"])
+            # mma16: its emulation (design "dequant": the same 16-bit operands, exact fp32
+            # accumulation) is not bit-exact, and both outputs are rounded to q's 16-bit dtype,
+            # so they can differ by up to two roundings: at most twice the cast floor of the case
+            # (H200 2026-12-01: up to 1.6x, 2.7e-3 for bf16 KV against a 1.66e-3 floor).
             elif r["entry"] in ("mma16[fp8kv]", "mma16[bf16kv]"):
-                assert r["vs_emu"] <= 5e-4, (r["entry"], r["case"], r["vs_emu"])
+                assert r["vs_emu"] <= 2 * floor[r["case"]], (r["entry"], r["case"], r["vs_emu"], floor[r["case"]])
             if "needle_found" in r:
                 assert r["needle_found"], (r["entry"], r["case"])
 

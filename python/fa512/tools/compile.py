@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default=None, help="substring filter on variant keys")
     p.add_argument("--jobs", type=int, default=0,
                    help="compiler processes (default: one per CPU core; each DSL compile is single-threaded)")
+    p.add_argument("--fill-cache", action="store_true",
+                   help="instead: build every kernel into the disk cache (FA512_CACHE_DIR) that launches load from, "
+                        "as a server warms it before serving; no SASS checks")
     p.add_argument("--compare", default=None, metavar="REPORT_JSON",
                    help="an earlier run's report.json: list the kernels whose SASS hash changed, appeared or went")
 
@@ -260,6 +263,20 @@ def _compile_and_inspect(spec, arch: str, out: Path) -> "SassReport":
     return inspect_cubin(cubin, spec.key(), res.seconds, res.smem_struct_bytes or 0, expect_mma=_expected_mma(spec))
 
 
+def _fill_cache_entry(spec, arch: str) -> tuple:
+    """One spec into the disk cache (a worker): (key, seconds, problem or "")."""
+    import time
+
+    from ..backends.compile_cache import get_kernel
+
+    t0 = time.perf_counter()
+    try:
+        get_kernel(spec, arch)
+    except Exception as exc:  # report and continue
+        return spec.key(), time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+    return spec.key(), time.perf_counter() - t0, ""
+
+
 def main(args: argparse.Namespace) -> int:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -268,6 +285,15 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     specs = _specs(args.short, args.only)
     jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(specs)))
+    if args.fill_cache:
+        from ..backends.compile_cache import cache_dir
+
+        print(f"building {len(specs)} kernels into {cache_dir()} in {jobs} process(es) ...", flush=True)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(_fill_cache_entry, specs, [args.arch] * len(specs)))
+        for key, seconds, problem in done:
+            print(f"{key:<86} {seconds:6.1f} s  {problem or 'cached'}")
+        return 1 if any(p for _, _, p in done) else 0
     print(f"compiling {len(specs)} kernels for {args.arch} in {jobs} process(es) ...", flush=True)
     if jobs == 1:
         reports = []
