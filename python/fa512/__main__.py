@@ -12,6 +12,7 @@ COMMANDS = {
     "check": ("fa512.tools.check", "run every kernel available here against the reference"),
     "ab": ("fa512.tools.ab", "accuracy A/B of kernels and FP8 numeric designs vs float64"),
     "bench": ("fa512.tools.bench", "benchmark against ceilings measured in the same run (GPU)"),
+    "fuzz": ("fa512.tools.fuzz", "seeded random calls over the whole contract, every kernel vs float64"),
     "compile": ("fa512.tools.compile", "compile every SM90 CuTe DSL variant (no GPU needed) and check its SASS"),
     "sanitize": ("fa512.tools.sanitize", "compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every SM90 variant"),
     "native": ("fa512.launch.native", "build (or load) the native warm call now and say where it is"),

@@ -99,6 +99,19 @@ def _raw_stream_getter() -> Callable:
     return raw
 
 
+def kernel_specs(config, num_splits: int) -> tuple:
+    """The compiled kernels one launch of ``config`` with ``num_splits`` runs, as compile-cache
+    specs: (forward of the split or unsplit variant, the combine or None, the V^T prepass or None)."""
+    from .compile_cache import KernelSpec
+
+    cfg = config.with_split(num_splits > 1)
+    return (
+        KernelSpec("fwd", cfg),
+        KernelSpec("combine", cfg.q_dtype) if num_splits > 1 else None,
+        KernelSpec("vt_prepass", cfg.page_size) if cfg.vt_prepass else None,
+    )
+
+
 def launch_state(plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> LaunchState:
     """Compile (or load) the kernels of ``plan`` (``config`` overrides its config) and fix
     everything a launch derives from the call signature; checks the TMA strides of ``args``."""
@@ -106,19 +119,15 @@ def launch_state(plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr
 
     problem: Problem = plan.problem
     num_splits = max(1, int(plan.num_splits))
-    cfg = (config or plan.config).with_split(num_splits > 1)
     q = args.q
     for name, t in (("q", q), ("k", args.k), ("v", args.v), ("out", out)):  # fp8 and its uint8 view: same bytes
         _check_tma_operand(name, t)
     wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
     wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
     total_q, hq = q.shape[0], q.shape[1]
-    fwd = compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg))
-    combine = compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype)) if num_splits > 1 else None
-    prepass = vt_shape = None
-    if cfg.vt_prepass:
-        prepass = compile_cache.get_kernel(compile_cache.KernelSpec("vt_prepass", cfg.page_size))
-        vt_shape = vt_scratch_shape(problem)
+    fwd, combine, prepass = (None if spec is None else compile_cache.get_kernel(spec)
+                             for spec in kernel_specs(config or plan.config, num_splits))
+    vt_shape = vt_scratch_shape(problem) if prepass is not None else None
     return LaunchState(
         fwd, combine,
         (float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr)),
@@ -262,5 +271,5 @@ class Fp8MmaBackend(Mma16Backend):
         return super().unsupported(problem, target)
 
 
-__all__ = ["CuteLauncher", "Fp8MmaBackend", "LaunchState", "Mma16Backend", "WINDOW_INF", "launch_state",
-           "mask_kind", "vt_scratch_shape"]
+__all__ = ["CuteLauncher", "Fp8MmaBackend", "LaunchState", "Mma16Backend", "WINDOW_INF", "kernel_specs",
+           "launch_state", "mask_kind", "vt_scratch_shape"]

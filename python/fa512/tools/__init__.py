@@ -4,6 +4,9 @@
   emulations of each FP8 design, against the float64 reference (table, JSON, PNG plots).
 - `fa512.tools.bench`: ceilings measured in the same run (bf16 and fp8 GEMM, copy bandwidth),
   then each kernel on the prefill / chunked-prefill / decode grid (GPU only).
+- `fa512.tools.fuzz`: seeded random calls over the whole contract (layouts, strides, masks,
+  descales, splits, garbage in memory the call does not own), each kernel against the float64
+  reference (fp8_mma also against its emulation); a one-line repro per failure.
 
 ``profiles/nsys_run.py`` (outside the package) profiles one workload under nsys, ncu or
 torch.profiler. Each tool module exposes ``add_arguments(parser)`` and ``main(args) -> int``;

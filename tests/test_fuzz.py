@@ -1,0 +1,227 @@
+"""Tests of `python -m fa512 fuzz` (fa512.tools.fuzz).
+
+CPU: the reference passes 50 cases; the fuzzer catches a kernel that corrupts a row or reads the
+slots past seqused_k, and prints a repro line that reruns the case; refusals are counted, not
+failed; a seed gives the same cases everywhere; a few fp16 cases through the Triton interpreter.
+GPU: 500 cases of each SM90 kernel and of Triton, no failure.
+"""
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+import fa512
+from fa512.tools import fuzz, fuzz_cases
+
+
+def run(argv) -> int:
+    parser = argparse.ArgumentParser()
+    fuzz.add_arguments(parser)
+    return fuzz.main(parser.parse_args(argv))
+
+
+def fail_lines(text: str) -> list:
+    return [line for line in text.splitlines() if line.startswith("FAIL ")]
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "fuzz.json"
+    rc = run(["--kernel", "reference", "--cases", "50", "--device", "cpu", "--json", str(path)])
+    return rc, json.loads(path.read_text())
+
+
+def test_reference_passes_50_cases(reference_run):
+    rc, report = reference_run
+    assert rc == 0
+    summary = report["summary"]["reference"]
+    assert (summary["cases"], summary["pass"], summary["fail"], summary["refused"]) == (50, 50, 0, 0)
+    results = [c["results"]["reference"] for c in report["cases"]]
+    assert {r["ran"] for r in results} == {"reference"}
+    # rows that see no key were checked (out = 0, lse = -inf), and the splits the call asked for ran
+    assert sum(r["metrics"]["empty_rows"] for r in results) > 0
+    assert any(r["num_splits"] > 1 for r in results)
+
+
+def test_cases_cover_the_contract(reference_run):
+    _, report = reference_run
+    specs = [c["spec"] for c in report["cases"]]
+    assert {s["kv_dtype"] for s in specs} == {"fp8", "bf16", "fp16"} and {s["q_dtype"] for s in specs} == {"bf16", "fp16"}
+    assert {s["paged"] for s in specs} == {True, False}
+    assert {s["hq"] // s["hkv"] for s in specs} == {1, 2, 4, 8, 16}
+    assert {s["garbage"] for s in specs} >= {"nan", "inf", "mixed", "zero"}
+    assert any(0 in s["k_lens"] for s in specs) and any(0 in s["q_lens"] for s in specs)
+    assert any(s["causal"] for s in specs) and any(s["window_left"] >= 0 for s in specs)
+    assert any(not s["causal"] and s["window_right"] >= 0 for s in specs)
+    modes = {m for s in specs for m in s["descale"].values()}
+    assert {"none", "per_bh"} <= modes and len(modes) >= 5
+    assert {s["kv_view"] for s in specs if s["paged"]} >= {"vllm", "nhd", "hnd"}
+    regression = specs[0]
+    assert regression["name"] == "mma16-nan-rows-decode"
+    assert (regression["hq"], regression["hkv"], regression["page_size"], regression["k_lens"]) == (8, 1, 64, [70, 130, 1])
+    assert regression["causal"] and regression["kv_dtype"] == "bf16" and regression["garbage"] == "nan"
+
+
+def test_garbage_surrounds_the_owned_keys():
+    spec = dataclasses.replace(fuzz_cases.make_spec(0, 0), kv_view="hnd", q_pad_rows=2)
+    call, oracle, _ = fuzz_cases.call_on(fuzz_cases.build(spec), "cpu")
+    k, table = call["k"].float(), call["page_table"]
+    assert k.stride()[1] == 512 and k.stride()[2] == 64 * 512  # an HND cache viewed as (pages, page, Hkv, D)
+    nan_slots = torch.isnan(k).all(-1).all(-1)
+    for b, n in enumerate(spec.k_lens):
+        for j in range(n):
+            page, slot = int(table[b, j // 64]), j % 64
+            assert not nan_slots[page, slot] and torch.equal(k[page, slot], oracle["k"][page, slot].float())
+    assert int(nan_slots.sum()) == nan_slots.numel() - sum(spec.k_lens)  # every other slot is NaN
+    assert torch.isnan(call["q"][-2:].float()).all()  # rows past cu_seqlens_q[B]
+
+
+def _corrupting(real):
+    def attention(*args, **kw):
+        out, lse = real(*args, **kw)
+        rows = int(kw["cu_seqlens_q"][-1])
+        if rows:
+            out[rows - 1, 0] += 1.0
+        return out, lse
+
+    return attention
+
+
+def test_catches_a_corrupted_row_and_prints_the_repro(monkeypatch, capsys):
+    monkeypatch.setattr(fa512, "attention", _corrupting(fa512.attention))
+    assert run(["--kernel", "reference", "--cases", "6", "--device", "cpu", "--seed", "5"]) == 1
+    lines = fail_lines(capsys.readouterr().out)
+    with_rows = [i for i in range(6) if sum(fuzz_cases.make_spec(5, i).q_lens)]
+    assert len(lines) == len(with_rows)
+    first = re.match(r"FAIL (python -m fa512 fuzz --seed 5 --case (\d+) --kernel reference)  # (.*)$", lines[0])
+    assert first, lines[0]
+    index = int(first.group(2))
+    assert first.group(3).startswith(fuzz_cases.make_spec(5, index).describe())
+    # the printed command reruns that case alone, with the same verdict
+    assert run(first.group(1).split()[4:] + ["--device", "cpu"]) == 1
+    again = fail_lines(capsys.readouterr().out)
+    assert again == [lines[0]]
+
+
+def _reading_whole_pages(real):
+    """A kernel that attends to every slot of a sequence's last page, past seqused_k."""
+
+    def attention(q, k, v, **kw):
+        if kw.get("page_table") is not None:
+            page = k.shape[1]
+            kw = dict(kw, seqused_k=(kw["seqused_k"] + page - 1) // page * page, max_seqlen_k=None)
+        return real(q, k, v, **kw)
+
+    return attention
+
+
+def test_catches_a_kernel_that_reads_unused_slots(monkeypatch, capsys):
+    monkeypatch.setattr(fa512, "attention", _reading_whole_pages(fa512.attention))
+    assert run(["--kernel", "reference", "--case", "0,1", "--device", "cpu"]) == 1  # the NaN-garbage regression cases
+    lines = fail_lines(capsys.readouterr().out)
+    assert len(lines) == 2 and all("nonfinite out" in line for line in lines)
+    assert "--case 0 --kernel reference  # [mma16-nan-rows-decode]" in lines[0]
+
+
+def test_refusals_are_counted_not_failed(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "fuzz.json"
+    # mma16 needs an SM90 GPU: on this machine it refuses every case
+    assert run(["--kernel", "mma16,reference", "--cases", "8", "--device", "cpu", "--json", str(path)]) == 0
+    summary = json.loads(path.read_text())["summary"]
+    assert (summary["mma16"]["refused"], summary["mma16"]["fail"], summary["mma16"]["pass"]) == (8, 0, 0)
+    assert summary["reference"]["pass"] == 8
+    assert "needs an SM90 GPU" in capsys.readouterr().out
+
+    # a kernel's documented limit (TMA alignment) is a refusal; any other ValueError a failure
+    def tma_limit(*args, **kw):
+        raise ValueError("fa512: q: got data_ptr % 16 = 2, expected a 16-byte aligned base address "
+                         "(the mma16 kernel loads it with TMA)")
+
+    monkeypatch.setattr(fa512, "attention", tma_limit)
+    assert run(["--kernel", "reference", "--cases", "4", "--device", "cpu", "--json", str(path)]) == 0
+    assert json.loads(path.read_text())["summary"]["reference"]["refused"] == 4
+
+    def bad_value(*args, **kw):
+        raise ValueError("fa512: q: got strides (1, 2, 3), expected something else")
+
+    monkeypatch.setattr(fa512, "attention", bad_value)
+    assert run(["--kernel", "reference", "--cases", "3", "--device", "cpu"]) == 1
+    assert len(fail_lines(capsys.readouterr().out)) == 3
+
+
+def test_same_seed_same_cases(capsys):
+    first = [dataclasses.asdict(fuzz_cases.make_spec(3, i)) for i in range(40)]
+    assert first == [dataclasses.asdict(fuzz_cases.make_spec(3, i)) for i in range(40)]
+    other = [dataclasses.asdict(fuzz_cases.make_spec(4, i)) for i in range(40)]
+    assert sum(a != b for a, b in zip(first[2:], other[2:])) == 38
+    for i in (0, 7, 11):
+        a, b = fuzz_cases.build(fuzz_cases.make_spec(3, i)), fuzz_cases.build(fuzz_cases.make_spec(3, i))
+        assert a.held.keys() == b.held.keys()
+        assert all(fuzz._same(a.held[n].base, b.held[n].base) for n in a.held)  # bits: NaN garbage too
+    # --case I is case I of the full list
+    assert run(["--seed", "3", "--cases", "12", "--dry-run"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert run(["--seed", "3", "--case", "9", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines() == [listing[9]]
+
+
+# -- Triton interpreter (fp16 / fp8 only: it computes bf16 wrongly) ------------------------------
+
+
+def _small_fp16_cases(count: int, seed: int = 0) -> list:
+    picks = []
+    for i in range(len(fuzz_cases.REGRESSIONS), 400):
+        spec = fuzz_cases.make_spec(seed, i)
+        work = sum(q * max(k, 1) for q, k in zip(spec.q_lens, spec.k_lens)) * spec.hq
+        if spec.q_dtype == "fp16" and work <= 20_000 and sum(spec.k_lens) <= 600:
+            picks.append(i)
+        if len(picks) == count:
+            return picks
+    return picks
+
+
+@pytest.fixture
+def triton_interpreter(monkeypatch):
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # Triton decides interpreted vs compiled when a kernel is decorated (tests/test_triton_fwd.py)
+    if "fa512.triton_fwd" in sys.modules:
+        importlib.reload(sys.modules["fa512.triton_fwd"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; GPUs run Triton compiled")
+def test_triton_interpreter_cases(triton_interpreter, tmp_path):
+    cases = _small_fp16_cases(6)
+    path = tmp_path / "fuzz.json"
+    assert run(["--kernel", "triton", "--case", ",".join(map(str, cases)), "--device", "cpu", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert report["summary"]["triton"]["pass"] == len(cases) == 6
+    assert {c["results"]["triton"]["ran"] for c in report["cases"]} == {"triton"}
+    assert {c["spec"]["kv_dtype"] for c in report["cases"]} == {"fp8", "fp16"}
+
+
+# -- GPU ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["fp8_mma", "mma16", "triton"])
+def test_gpu_500_cases(kernel, tmp_path):
+    """500 cases of one kernel on the H200: no failure, and the kernel itself served every case it
+    did not refuse. Once compiled ~10-30 s each; a machine's first run compiles (module docstring)."""
+    path = tmp_path / "fuzz.json"
+    rc = run(["--kernel", kernel, "--cases", "500", "--device", "cuda", "--json", str(path)])
+    report = json.loads(path.read_text())
+    results = [(c["index"], c["results"][kernel]) for c in report["cases"]]
+    failed = [(i, r["problems"]) for i, r in results if r["status"] == "fail"]
+    assert rc == 0 and not failed, failed[:10]
+    summary = report["summary"][kernel]
+    assert summary["cases"] == 500 and summary["pass"] >= 150, summary
+    assert {r["ran"] for _, r in results if r["status"] == "pass"} == {kernel}
