@@ -64,6 +64,10 @@ for step in "$@"; do
                  # per-instruction stall samples (profiles/ncu_source_summary.py); the report stays on the machine
       run "$step" 300 python3 profiles/nsys_run.py --case prefill --kernel "${step#ncu_src_}" --kv fp8 --ncu --out "/tmp/$step"
       run "${step}_source" 120 bash -c "ncu --import /tmp/$step/*.ncu-rep --page source --csv --print-source sass > /tmp/$step/source.csv && ncu --import /tmp/$step/*.ncu-rep --page details --csv > /tmp/$step/details.csv && python3 profiles/ncu_source_summary.py /tmp/$step/source.csv /tmp/$step/details.csv && gzip -c /tmp/$step/source.csv > $OUT/${step}_source.csv.gz" ;;
+    cp_tests)    run cp_tests 500 python3 -m pytest -q -m gpu tests/test_distributed.py -rs -s ;;  # 2 GPUs
+    cp_check)    run cp_check 400 python3 profiles/cp_decode.py --spawn --check --out "$OUT/cp" ;;  # 2 GPUs
+    cp_decode_*) # 2 GPUs, 256k keys B=4: cp_decode_<interleaved|contiguous>
+      run "$step" 500 torchrun --standalone --nproc-per-node 2 profiles/cp_decode.py --placement "${step#cp_decode_}" --out "$OUT/cp" ;;
     nsys_ncu)    run nsys_ncu 300 python3 profiles/nsys_run.py --case decode --kernel fp8_mma --kv fp8 --ncu --out "$OUT/nsys_ncu" ;;
     race_probe)  # racecheck on a bare named-barrier hand-off, writer arriving or syncing (profiles/racecheck_barrier_probe.py)
       run race_probe 200 bash -c 'for m in arrive sync; do compute-sanitizer --tool racecheck --racecheck-report analysis python3 profiles/racecheck_barrier_probe.py --mode $m; done' ;;

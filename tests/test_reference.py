@@ -88,6 +88,22 @@ def test_merge_partials_handles_all_empty():
     assert torch.isneginf(merged[1]).all()
 
 
+def test_merge_ignores_the_o_of_empty_partials():
+    """A kernel may leave an empty split's O unwritten: NaN there must not reach the merge, and
+    merge_weights are the weights the merge applies."""
+    o = torch.randn(3, 4, 8, dtype=torch.float64)
+    lse = torch.randn(3, 4, dtype=torch.float64)
+    lse[1, 2] = -math.inf
+    o[1, 2] = math.nan
+    out, merged = reference.merge_partials(o, lse)
+    weights, merged_w = reference.merge_weights(lse)
+    assert torch.isfinite(out).all() and torch.equal(merged, merged_w) and weights[1, 2] == 0
+    torch.testing.assert_close(weights.sum(0), torch.ones(4, dtype=torch.float64))
+    torch.testing.assert_close(merged, torch.logsumexp(lse, dim=0))
+    keep = [0, 2]
+    torch.testing.assert_close(out[2], (weights[keep, 2, None] * o[keep, 2]).sum(0))
+
+
 def test_split_key_ranges_cover_exactly():
     for n in (0, 1, 63, 64, 65, 1000):
         for s in (1, 2, 3, 7, 32):

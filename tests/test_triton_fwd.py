@@ -24,7 +24,7 @@ import fa512
 from fa512.call import default_bounds
 from fa512.planning.dispatch import Target, make_plan
 from fa512.call import Call
-from fa512.planning.validate import check
+from fa512.planning.validate import check as validate_check
 D = 512
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRET = DEVICE == "cpu"
@@ -209,6 +209,50 @@ def test_splits(num_splits):
     assert torch.isinf(lse[:, 4]).all() and (o[4] == 0).all()
 
 
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_partials_merge_to_the_reference(num_splits):
+    """The split path without the combine (`fa512.launch.partials`): fp32 partials, one per split
+    even at 1 split, whose `fa512.merge_partials` is the output (empty splits included)."""
+    from fa512.call import make_call
+    from fa512.launch.partials import last_launch, partials
+
+    q, k, v, kw = make_case([1, 1, 2, 1], [200, 20, 130, 0], hq=4, hkv=1, kv_dtype=torch.float8_e4m3fn,
+                            page_size=64, seed=3, pad_q=2)
+    o, lse = partials(make_call(q, k, v, **kw, num_splits=num_splits, softmax_scale=0.05, kernel="triton"))
+    assert last_launch["kernel"] == "triton"
+    assert o.dtype == torch.float32 and o.shape == (num_splits, 7, 4, D) and lse.shape == (num_splits, 4, 7)
+    out, merged = fa512.merge_partials(o[:, :5], lse[:, :, :5].transpose(1, 2))
+    ro, rl = fa512.attention_ref(q, k, v, softmax_scale=0.05, **kw)
+    assert ((out.double().cpu() - ro[:5]).norm() / ro[:5].norm()).item() <= TOL_OUT[torch.float16]
+    fin = torch.isfinite(rl[:, :5].T)
+    assert torch.equal(torch.isfinite(merged.cpu()), fin) and (out[4] == 0).all()
+    assert (merged.double().cpu()[fin] - rl[:, :5].T[fin]).abs().max().item() <= TOL_LSE
+
+
+def test_standalone_combine_equals_merge_partials():
+    """`triton_fwd.combine` (what fa512.distributed merges ranks with on GPUs) on partials laid out
+    as an all-gather leaves them, [O | lse] per rank: a free S stride, empty partials holding NaN
+    (never read), rows past cu_seqlens_q[B] left alone."""
+    gen = torch.Generator().manual_seed(4)
+    s, t, h = 3, 5, 4
+    cu_q = torch.tensor([0, 1, 4], dtype=torch.int32, device=DEVICE)  # rows 4.. belong to no sequence
+    n_o = t * h * D
+    buf = torch.randn(s, n_o + h * t + 7, generator=gen).to(DEVICE)  # 7: a stride that is not n_o + h*t
+    o, lse = buf[:, :n_o].view(s, t, h, D), buf[:, n_o : n_o + h * t].view(s, h, t)
+    lse.mul_(3.0)
+    lse[1, :, 2] = float("-inf")
+    o[1, 2] = float("nan")  # an empty partial's O is never read
+    lse[:, 0, 3] = float("-inf")  # a row with no key in any partial
+    out = torch.full((t, h, D), 7.0, device=DEVICE)
+    merged = torch.empty(h, t, device=DEVICE)
+    triton_fwd.combine(o, lse, out, merged, cu_q)
+    ro, rl = fa512.merge_partials(o.double(), lse.double().transpose(1, 2))
+    torch.testing.assert_close(out[:4].double(), ro[:4], rtol=0, atol=1e-5)
+    torch.testing.assert_close(merged[:, :4].double(), rl[:4].T, rtol=0, atol=1e-5)
+    assert (out[3, 0] == 0).all() and torch.isneginf(merged[0, 3])
+    assert (out[4:] == 7.0).all() and torch.isneginf(merged[:, 4:]).all()
+
+
 def test_splits_local_window_causal():
     q, k, v, kw = make_case([5, 3], [150, 64], hq=8, hkv=1, seed=21)
     run_and_check(q, k, v, kw, num_splits=3, window_left=70, causal=True)
@@ -263,7 +307,7 @@ def _direct_launch(q, k, v, kw, config_changes, **extra):
     kw = {**kw, **extra}
     msq, msk, scale = default_bounds(q, k, kw.get("page_table"), kw.get("max_seqlen_q"),
                                      kw.get("max_seqlen_k"), kw.pop("softmax_scale", None))
-    problem, args = check(Call(
+    problem, args = validate_check(Call(
         q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], msq, kw["seqused_k"], msk,
         scale, kw.get("causal", False), kw.get("window_left", -1), kw.get("window_right", -1),
         kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), kw.get("num_splits", 0), "triton",

@@ -94,7 +94,7 @@ def test_good_inputs_pass():
 
 
 def test_descales_are_views_not_copies():
-    from fa512.descales import normalize_descale
+    from fa512.planning.descales import normalize_descale
 
     base = torch.rand(6, 4)
     strided = base[::2, ::2]  # (3, 2), non-contiguous

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from ..errors import KernelUnavailableError
 from ..planning.descales import descale_view
 from ..planning.problem import FwdArgs, Problem
 from ..planning.splits import workspace_bytes
@@ -73,6 +74,15 @@ class Launcher:
         return self._launch(self.plan, self.args(call), call.out)
 
 
+class PartialLauncher(Launcher):
+    """A launcher of uncombined split partials (`fa512.launch.partials`): ``launcher(call)``
+    returns (o_parts (S, total_q, Hq, 512), lse_parts (S, Hq, total_q)), each split's O normalised
+    by its own row sum and multiplied by v_descale; ``launch(plan, args)`` computes them."""
+
+    def __call__(self, call) -> tuple:
+        return self._launch(self.plan, self.args(call))
+
+
 class Backend:
     name: str = ""
     splits_kv: bool = False  # whether auto split planning applies
@@ -98,5 +108,9 @@ class Backend:
         """The launcher of ``plan``'s call signature (``args``, ``out``: the first call's tensors)."""
         return Launcher(plan, extents, self.launch)
 
+    def make_partial_launcher(self, plan, args: FwdArgs) -> PartialLauncher:
+        """The launcher of ``plan``'s split partials before any combine (`PartialLauncher`)."""
+        raise KernelUnavailableError(f"fa512: kernel {self.name!r} has no launch of uncombined split partials")
 
-__all__ = ["Backend", "Launcher"]
+
+__all__ = ["Backend", "Launcher", "PartialLauncher"]

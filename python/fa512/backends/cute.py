@@ -20,9 +20,9 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from ..errors import arg_error
+from ..errors import KernelUnavailableError, arg_error
 from ..planning.problem import FwdArgs, Problem
-from .base import Backend, Launcher
+from .base import Backend, Launcher, PartialLauncher
 
 WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
 
@@ -99,34 +99,38 @@ def _raw_stream_getter() -> Callable:
     return raw
 
 
-def kernel_specs(config, num_splits: int) -> tuple:
+def kernel_specs(config, num_splits: int, partials: bool = False) -> tuple:
     """The compiled kernels one launch of ``config`` with ``num_splits`` runs, as compile-cache
-    specs: (forward of the split or unsplit variant, the combine or None, the V^T prepass or None)."""
+    specs: (forward of the split or unsplit variant, the combine or None, the V^T prepass or None).
+    ``partials``: the split variant whatever the split count, and no combine (`_run_partials`)."""
     from .compile_cache import KernelSpec
 
-    cfg = config.with_split(num_splits > 1)
+    cfg = config.with_split(partials or num_splits > 1)
     return (
         KernelSpec("fwd", cfg),
-        KernelSpec("combine", cfg.q_dtype) if num_splits > 1 else None,
+        KernelSpec("combine", cfg.q_dtype) if num_splits > 1 and not partials else None,
         KernelSpec("vt_prepass", cfg.page_size) if cfg.vt_prepass else None,
     )
 
 
-def launch_state(plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> LaunchState:
+def launch_state(plan, args: FwdArgs, out: Optional[torch.Tensor], config=None, trace_addr: int = 0,
+                 partials: bool = False) -> LaunchState:
     """Compile (or load) the kernels of ``plan`` (``config`` overrides its config) and fix
-    everything a launch derives from the call signature; checks the TMA strides of ``args``."""
+    everything a launch derives from the call signature; checks the TMA strides of ``args``.
+    ``partials``: the split variant whatever the split count, for `_run_partials` (no out)."""
     from . import compile_cache
 
     problem: Problem = plan.problem
     num_splits = max(1, int(plan.num_splits))
     q = args.q
-    for name, t in (("q", q), ("k", args.k), ("v", args.v), ("out", out)):  # fp8 and its uint8 view: same bytes
+    operands = (("q", q), ("k", args.k), ("v", args.v)) + ((("out", out),) if out is not None else ())
+    for name, t in operands:  # fp8 and its uint8 view: same bytes
         _check_tma_operand(name, t)
     wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
     wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
     total_q, hq = q.shape[0], q.shape[1]
     fwd, combine, prepass = (None if spec is None else compile_cache.get_kernel(spec)
-                             for spec in kernel_specs(config or plan.config, num_splits))
+                             for spec in kernel_specs(config or plan.config, num_splits, partials))
     vt_shape = vt_scratch_shape(problem) if prepass is not None else None
     return LaunchState(
         fwd, combine,
@@ -149,9 +153,7 @@ def _run(state: LaunchState, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torc
             _check_tma_operand(name, t)
     stream = raw_stream(index)
     if prepass is not None:  # V^T once per key block; the forward kernel reads it in V's place
-        vt = torch.empty(vt_shape, dtype=torch.uint8, device=device)
-        prepass(v, pt, cuk, sk, vt, stream)
-        v = vt
+        v = _prepass(state, v, cuk, sk, pt, stream)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
     if combine is None:
         fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
@@ -161,6 +163,32 @@ def _run(state: LaunchState, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torc
     fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
     combine(o_part, lse_part, out, lse, cuq, scalars[4], stream)
     return lse
+
+
+def _prepass(state: LaunchState, v, cuk, sk, pt, stream) -> torch.Tensor:
+    """The V^T scratch the forward of a ``vt_prepass`` variant reads in V's place."""
+    vt = torch.empty(state.vt_shape, dtype=torch.uint8, device=state.device)
+    state.prepass(v, pt, cuk, sk, vt, stream)
+    return vt
+
+
+def _run_partials(state: LaunchState, args: FwdArgs) -> tuple:
+    """The split variant's forward alone: fp32 (o_part (S, total_q, Hq, 512), lse_part (S, Hq,
+    total_q)), no combine; a state made with ``launch_state(..., partials=True)``."""
+    q, k, v = args.q, args.k, args.v
+    if state.kv_fp8:
+        k, v = k.view(torch.uint8), v.view(torch.uint8)
+    if (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _check_tma_operand(name, t)
+    stream = state.raw_stream(state.index)
+    if state.prepass is not None:
+        v = _prepass(state, v, args.cu_seqlens_k, args.seqused_k, args.page_table, stream)
+    o_part = torch.empty(state.o_part_shape, dtype=torch.float32, device=state.device)
+    lse_part = torch.empty(state.lse_part_shape, dtype=torch.float32, device=state.device)
+    state.fwd(q, k, v, o_part, lse_part, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
+              args.q_descale, args.k_descale, args.v_descale, *state.scalars, stream)
+    return o_part, lse_part
 
 
 class CuteLauncher(Launcher):
@@ -244,6 +272,22 @@ class Mma16Backend(Backend):
         if plan.problem.max_seqlen_q == 0 or plan.problem.total_q == 0:
             return _EmptyLauncher(plan, extents)
         return CuteLauncher(plan, extents, launch_state(plan, args, out))
+
+    def make_partial_launcher(self, plan, args: FwdArgs) -> PartialLauncher:
+        """The split variant's forward without the combine (`_run_partials`), for any split count."""
+        problem = plan.problem
+        if problem.max_seqlen_q == 0 or problem.total_q == 0:
+            def empty(plan, args):  # no query rows: nothing to launch
+                (total_q, hq, d), dev = args.q.shape, args.q.device
+                return (torch.zeros(1, total_q, hq, d, dtype=torch.float32, device=dev),
+                        torch.full((1, hq, total_q), float("-inf"), dtype=torch.float32, device=dev))
+
+            return PartialLauncher(plan, (), empty)
+        ok, why = plan.config.with_split(True).can_implement()
+        if not ok:
+            raise KernelUnavailableError(f"fa512: {self.name} has no split variant for this call: {why}")
+        state = launch_state(plan, args, None, partials=True)
+        return PartialLauncher(plan, (), lambda plan, args: _run_partials(state, args))
 
     def launch(self, plan, args: FwdArgs, out: torch.Tensor, config=None, trace_addr: int = 0) -> torch.Tensor:
         """One launch outside the memo: ``config`` overrides ``plan.config`` (A/B profiling,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ..numerics.reference import reference_forward
-from .base import Backend
+from .base import Backend, PartialLauncher
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,17 @@ class ReferenceBackend(Backend):
             plan.problem, args, getattr(torch, cfg.compute_dtype), plan.num_splits, cfg.split_block_n, out=out
         )
         return lse.float()
+
+    def make_partial_launcher(self, plan, args):
+        """One partial per call in float64 whatever the config's dtype: the oracle of the merge
+        (`fa512.distributed` on CPU equals the float64 reference of the whole cache)."""
+        cfg = plan.config
+
+        def launch(plan, args):
+            out, lse = reference_forward(plan.problem, args, torch.float64, plan.num_splits, cfg.split_block_n)
+            return out.unsqueeze(0), lse.unsqueeze(0)
+
+        return PartialLauncher(plan, (), launch)
 
 
 __all__ = ["ReferenceBackend", "ReferenceConfig"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .base import Backend
+from .base import Backend, PartialLauncher
 
 
 class TritonBackend(Backend):
@@ -35,6 +35,11 @@ class TritonBackend(Backend):
         from . import triton_fwd
 
         return triton_fwd.launch(plan, args, out)
+
+    def make_partial_launcher(self, plan, args):
+        from . import triton_fwd
+
+        return PartialLauncher(plan, (), lambda plan, args: triton_fwd.launch(plan, args, None, partials=True))
 
 
 __all__ = ["TritonBackend"]

@@ -54,7 +54,6 @@ import triton.language as tl
 
 from ..contract import HEAD_DIM
 from ..planning.problem import FwdArgs, Problem
-from ..planning.splits import workspace_bytes
 
 LOG2E = 1.4426950408889634
 
@@ -423,7 +422,7 @@ def _fwd_kernel(
 @triton.jit
 def _combine_kernel(
     OPart, LsePart, Out, Lse, CuSeqQ,
-    stride_ot, stride_oh,
+    stride_ot, stride_oh, stride_os, stride_ls,
     total_q, num_q_heads, num_batch, num_splits,
     S_PAD: tl.constexpr, BLOCK_D: tl.constexpr, HEAD: tl.constexpr,
 ):
@@ -438,7 +437,7 @@ def _combine_kernel(
     row_ok_d = (t + offs_d * 0) < valid_end
 
     s_ok = s < num_splits
-    lse_s = tl.load(LsePart + (s * num_q_heads + h).to(tl.int64) * total_q + t, mask=s_ok, other=float("-inf"))
+    lse_s = tl.load(LsePart + s.to(tl.int64) * stride_ls + h * total_q + t, mask=s_ok, other=float("-inf"))
     m = tl.max(lse_s, 0)
     m_use = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2((lse_s - m_use) * 1.4426950408889634)
@@ -449,8 +448,8 @@ def _combine_kernel(
 
     # Empty splits (lse = -inf) are never read, so no unwritten workspace value can leak in.
     part_ok = s_ok & (lse_s > float("-inf")) & row_ok_s
-    part_row = (s * total_q + t).to(tl.int64) * num_q_heads + h
-    o = tl.load(OPart + (part_row * HEAD)[:, None] + offs_d[None, :], mask=part_ok[:, None], other=0.0)
+    part = s.to(tl.int64) * stride_os + (t.to(tl.int64) * num_q_heads + h) * HEAD
+    o = tl.load(OPart + part[:, None] + offs_d[None, :], mask=part_ok[:, None], other=0.0)
     out = tl.sum(o * wn[:, None], 0)
     o_ptrs = Out + t.to(tl.int64) * stride_ot + h * stride_oh + offs_d
     tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_ok_d)
@@ -470,8 +469,12 @@ def _descale_args(t: Optional[torch.Tensor], placeholder: torch.Tensor):
     return t, t.stride(0), t.stride(1), True
 
 
-def launch(plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
+def launch(plan, args: FwdArgs, out: Optional[torch.Tensor], partials: bool = False):
     """Run the forward for ``plan`` on ``args``: writes ``out`` in place, returns lse (Hq, total_q).
+
+    With ``partials`` (``out`` unused) it stops before the combine and returns the fp32 split
+    partials (o_part (S, total_q, Hq, 512), lse_part (S, Hq, total_q)), S = max(1, num_splits);
+    rows past cu_seqlens_q[B] are not written.
 
     No host synchronisation: every launch argument is a host int from the plan or a tensor
     stride; sequence lengths are read on the device.
@@ -482,9 +485,19 @@ def launch(plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
     total_q, hq, hkv = problem.total_q, problem.num_q_heads, problem.num_kv_heads
     group = problem.group_size
     splits = max(1, int(plan.num_splits))
+    split = partials or splits > 1
     lse = torch.empty((hq, total_q), dtype=torch.float32, device=q.device)
+    if split:
+        n_o = splits * total_q * hq * HEAD_DIM
+        ws = torch.empty(n_o + splits * hq * total_q, dtype=torch.float32, device=q.device)
+        o_part, lse_part = ws[:n_o], ws[n_o:]
+    else:
+        o_part = lse_part = lse  # unused (SPLIT=False)
+    if partials:  # a SPLIT kernel stores to o_part; of out it reads only the strides
+        result = (o_part.view(splits, total_q, hq, HEAD_DIM), lse_part.view(splits, hq, total_q))
+        out = result[0][0]
     if total_q == 0:
-        return lse
+        return result if partials else lse
 
     num_mblocks = max(1, triton.cdiv(problem.max_seqlen_q * group, cfg.block_m))
     if problem.paged:
@@ -500,13 +513,6 @@ def launch(plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
     qd, sqdb, sqdh, has_qd = _descale_args(args.q_descale, args.seqused_k)
     kd, skdb, skdh, has_kd = _descale_args(args.k_descale, args.seqused_k)
     vd, svdb, svdh, has_vd = _descale_args(args.v_descale, args.seqused_k)
-
-    if splits > 1:
-        n_o = splits * total_q * hq * HEAD_DIM
-        ws = torch.empty(workspace_bytes(splits, total_q, hq) // 4, dtype=torch.float32, device=q.device)
-        o_part, lse_part = ws[:n_o], ws[n_o:]
-    else:
-        o_part = lse_part = lse  # unused (SPLIT=False)
 
     grid = (num_mblocks, hkv * splits, problem.batch)
     _fwd_kernel[grid](
@@ -524,14 +530,16 @@ def launch(plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
         HAS_WL=problem.window_left >= 0, HAS_WR=problem.window_right >= 0,
         HAS_QD=has_qd, HAS_KD=has_kd, HAS_VD=has_vd,
         KV_FP8=problem.kv_is_fp8, Q16=cfg.q_to_fp16, LAZY_RESCALE=cfg.lazy_rescale,
-        SPLIT=splits > 1, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DC=HEAD_DIM // 4,
+        SPLIT=split, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, DC=HEAD_DIM // 4,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
+    if partials:
+        return result
     if splits > 1:
         combine_grid = (total_q, hq, HEAD_DIM // cfg.combine_block_d)
         _combine_kernel[combine_grid](
             o_part, lse_part, out, lse, args.cu_seqlens_q,
-            out.stride(0), out.stride(1),
+            out.stride(0), out.stride(1), total_q * hq * HEAD_DIM, hq * total_q,
             total_q, hq, problem.batch, splits,
             S_PAD=triton.next_power_of_2(splits), BLOCK_D=cfg.combine_block_d, HEAD=HEAD_DIM,
             num_warps=cfg.combine_num_warps,
@@ -539,4 +547,27 @@ def launch(plan, args: FwdArgs, out: torch.Tensor) -> torch.Tensor:
     return lse
 
 
-__all__ = ["TritonFwdConfig", "launch", "make_config", "unsupported"]
+def combine(o_parts: torch.Tensor, lse_parts: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+            cu_seqlens_q: torch.Tensor) -> None:
+    """`fa512.merge_partials` of S partials in one kernel (the split combine, standalone).
+
+    o_parts (S, total_q, Hq, 512) fp32 and lse_parts (S, Hq, total_q) fp32, each contiguous but
+    for the S stride; writes out (total_q, Hq, 512) in its dtype (last dim contiguous) and lse
+    (Hq, total_q) fp32, rows past cu_seqlens_q[B] not written (their lse -inf). Used by
+    `fa512.distributed` to merge ranks' partials on the GPU (one launch where the torch form
+    takes ~20).
+    """
+    splits, total_q, hq, _ = o_parts.shape
+    if total_q == 0:
+        return
+    gpu = o_parts.is_cuda
+    block_d, warps = (128, 1) if gpu else (512, 4)  # the split combine's (make_config)
+    _combine_kernel[(total_q, hq, HEAD_DIM // block_d)](
+        o_parts, lse_parts, out, lse, cu_seqlens_q,
+        out.stride(0), out.stride(1), o_parts.stride(0), lse_parts.stride(0),
+        total_q, hq, cu_seqlens_q.shape[0] - 1, splits,
+        S_PAD=triton.next_power_of_2(splits), BLOCK_D=block_d, HEAD=HEAD_DIM, num_warps=warps,
+    )
+
+
+__all__ = ["TritonFwdConfig", "combine", "launch", "make_config", "unsupported"]

@@ -24,6 +24,27 @@ from ..planning.validate import check
 _CHUNK_ELEMS = 1 << 26
 
 
+def merge_weights(lse_parts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight of each partial in the merge, and the merged lse.
+
+    Parameters
+    ----------
+    lse_parts : (S, ...) tensor, each partial's log-sum-exp; -inf marks a partial with no visible key.
+
+    Returns
+    -------
+    (weights, lse): weights (S, ...) = exp(lse_s - lse), 0 for empty partials and for rows where
+    every partial is empty; lse (...) = log(sum_s exp(lse_s)), -inf where every partial is empty.
+    """
+    lse_max = lse_parts.max(dim=0).values
+    safe_max = torch.where(torch.isfinite(lse_max), lse_max, torch.zeros_like(lse_max))
+    weights = torch.exp(lse_parts - safe_max)  # exp(-inf) = 0 for empty splits
+    total = weights.sum(dim=0)
+    lse = torch.where(total > 0, safe_max + torch.log(total), torch.full_like(total, -math.inf))
+    norm = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
+    return weights * norm, lse
+
+
 def merge_partials(o_parts: torch.Tensor, lse_parts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge split-KV partials.
 
@@ -34,16 +55,13 @@ def merge_partials(o_parts: torch.Tensor, lse_parts: torch.Tensor) -> tuple[torc
 
     Returns
     -------
-    (out, lse) with the split axis reduced; rows where every split is empty give out = 0,
-    lse = -inf.
+    (out, lse) with the split axis reduced: out = sum_s exp(lse_s - lse) * o_s (`merge_weights`).
+    A split with lse = -inf adds nothing whatever its O holds (a kernel may leave an empty
+    split's O unwritten); rows where every split is empty give out = 0, lse = -inf.
     """
-    lse_max = lse_parts.max(dim=0).values
-    safe_max = torch.where(torch.isfinite(lse_max), lse_max, torch.zeros_like(lse_max))
-    weights = torch.exp(lse_parts - safe_max)  # exp(-inf) = 0 for empty splits
-    total = weights.sum(dim=0)
-    lse = torch.where(total > 0, safe_max + torch.log(total), torch.full_like(total, -math.inf))
-    norm = torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
-    out = (weights.unsqueeze(-1) * o_parts).sum(dim=0) * norm.unsqueeze(-1)
+    weights, lse = merge_weights(lse_parts)
+    w = weights.unsqueeze(-1)
+    out = torch.where(w > 0, w * o_parts, torch.zeros_like(o_parts)).sum(dim=0)
     return out, lse
 
 

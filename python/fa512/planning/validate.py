@@ -72,6 +72,22 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
 
 
+def check_mask(causal: object, window_left: object, window_right: object) -> tuple[int, int]:
+    """The checked (window_left, window_right) of a mask; causal resolves window_right to 0."""
+    if not isinstance(causal, bool):
+        raise arg_error(TypeError, "causal", type(causal).__name__, "a bool")
+    window_left = _need_int("window_left", window_left, -1)
+    window_right = _need_int("window_right", window_right, -1)
+    if causal:
+        if window_right > 0:
+            raise arg_error(
+                ValueError, "window_right", window_right, "-1 or 0 with causal=True",
+                "causal means window_right = 0",
+            )
+        window_right = 0
+    return window_left, window_right
+
+
 def check(call: Call) -> tuple[Problem, FwdArgs]:
     """Check every argument of ``call``; raise ValueError/TypeError naming the bad one."""
     (q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
@@ -174,17 +190,7 @@ def check(call: Call) -> tuple[Problem, FwdArgs]:
     softmax_scale = float(softmax_scale)
     if not math.isfinite(softmax_scale) or softmax_scale <= 0:
         raise arg_error(ValueError, "softmax_scale", softmax_scale, "a finite float > 0")
-    if not isinstance(causal, bool):
-        raise arg_error(TypeError, "causal", type(causal).__name__, "a bool")
-    window_left = _need_int("window_left", window_left, -1)
-    window_right = _need_int("window_right", window_right, -1)
-    if causal:
-        if window_right > 0:
-            raise arg_error(
-                ValueError, "window_right", window_right, "-1 or 0 with causal=True",
-                "causal means window_right = 0",
-            )
-        window_right = 0
+    window_left, window_right = check_mask(causal, window_left, window_right)
     num_splits = _need_int("num_splits", num_splits, 0)
     if num_splits > MAX_SPLITS:
         raise arg_error(ValueError, "num_splits", num_splits, f"0 (automatic) .. {MAX_SPLITS}")
@@ -285,4 +291,4 @@ def debug_checks(problem: Problem, args: FwdArgs, max_seqlen_q: int, max_seqlen_
             raise arg_error(ValueError, "seqused_k", used.tolist(), f"<= the packed lengths {k_lens.tolist()}")
 
 
-__all__ = ["check", "debug_checks", "debug_enabled", "memory_span"]
+__all__ = ["check", "check_mask", "debug_checks", "debug_enabled", "memory_span"]
