@@ -68,6 +68,9 @@ class SplitDConsumer(ConsumerBase):
             sK_dst_w = cute.local_tile(args.sK, (self.tile_n, self.half_d), (0, wg, None))
             sV_src_w = cute.local_tile(args.sV_tma, (self.tile_n, self.half_d), (0, wg, None))
             sV_dst_w = cute.local_tile(args.sV, (self.tile_n, self.half_d), (0, wg, None))
+            if const_expr(not self.fp8_mma):  # 16-bit: the V ring as 16-byte units, for the tail zeroing
+                sV_dst_w = unit_view(args.storage.sV.data_ptr(), self.stages * self.tile_n * self.head_dim * 2,
+                                     self.dtype)
         else:  # fp8_dequant: 16-byte unit views of the Q tile (bf16 Q is narrowed in place)
             q_bytes = self.tile_m * self.head_dim * 2
             kv_bytes = self.tile_n * self.head_dim

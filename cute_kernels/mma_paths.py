@@ -5,7 +5,11 @@ every path; a path decides the smem dtype of the MMA operands, where the produce
 and what a consumer warpgroup does between "stage full" and "issue the MMA":
 
 - `Mma16Path` (bf16 / f16 KV): TMA writes straight into the MMA operand stages; the consumer
-  MMAs the stage it waited on and releases it after the MMA completed.
+  MMAs the stage it waited on and releases it after the MMA completed. In the block that holds
+  a sequence's last key, each warpgroup first zeroes its d half of the V rows past seqused_k
+  (`zero_half_tile_rows`): the TMA box reads whatever the cache holds there, and P = 0 times a
+  NaN or Inf slot is NaN (the 16-bit paths returned NaN rows on such caches until 2026-12-01;
+  the masks already set those logits to -inf, so K needs nothing).
 - `DequantFp8Path` (e4m3 KV -> f16): TMA writes e4m3 tiles into staging stages; the producer
   warpgroup's converter warps (`cute_kernels.converter`) convert each block, both d halves,
   into a two-stage f16 ring (`convert_block`), and the consumers MMA its stages and release
@@ -32,7 +36,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float8E4M3FN, Int32, const_expr
 
-from .config import CVT_F16_STAGES
+from .config import CVT_F16_STAGES, HEAD_DIM
 from .dsl_utils import sw128_unit
 from .fp8_operands import quantize_q_half, transpose_v_half
 
@@ -45,9 +49,11 @@ _DTYPES = {"bf16": BFloat16, "f16": Float16}
 
 @dataclass(frozen=True)
 class Mma16Path:
-    """bf16 or f16 K/V, MMA'd where the TMA put them."""
+    """bf16 or f16 K/V, MMA'd where the TMA put them; ``sDst_w`` of `prepare_v` is the V ring as
+    16-byte units (`unit_view`), where the rows past seqused_k of a tail block are zeroed."""
 
     dtype_name: str  # "bf16" | "f16" (== q dtype)
+    tile_n: int
 
     @property
     def mma_dtype(self):
@@ -79,6 +85,14 @@ class Mma16Path:
 
     @cute.jit
     def prepare_v(self, handle, sSrc_w: cute.Tensor, sDst_w: cute.Tensor, tidx_wg: Int32, wg: Int32, rows_valid):
+        """The stage the TMA filled; in a tail block (``rows_valid`` < tile_n, CTA-uniform) this
+        warpgroup's d half of its rows past seqused_k zeroed first, fenced for the wgmma and
+        published to the warpgroup (only this warpgroup's P.V reads that half)."""
+        if rows_valid < self.tile_n:
+            zero_half_tile_rows(sDst_w, handle.index * (self.tile_n * HEAD_DIM * 2 // 16), self.tile_n, wg, tidx_wg,
+                                rows_valid)
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
         return handle.index
 
     @cute.jit
@@ -322,9 +336,25 @@ def _convert_jobs(src: cute.Tensor, src_base, dst: cute.Tensor, rows: cutlass.Co
                     cute.autovec_copy(part, dst[dst_units[q][u] + step * (b + j), None])
 
 
+@cute.jit
+def zero_half_tile_rows(dst: cute.Tensor, dst_base, rows: cutlass.Constexpr[int], wg, tidx_wg: Int32, rows_valid):
+    """Zero rows >= rows_valid of warpgroup wg's d half of a (rows, 512) K-major, 128 B-swizzled
+    16-bit tile (``dst``: 16-byte unit view, the tile from unit ``dst_base``). The threads take
+    the slots of `_convert_half_tile` (conflict-free 16-byte stores); rows below rows_valid are
+    left alone."""
+    row0, chunk = convert_slot(tidx_wg, 0)
+    units = [dst_base + sw128_unit(row0, 32 * wg + 2 * chunk + j, rows) for j in range(2)]
+    zeros = cute.make_rmem_tensor(8, dst.element_type)
+    zeros.fill(0.0)
+    for i in cutlass.range_constexpr(rows // 8):
+        if row0 + 8 * i >= rows_valid:
+            for u in cutlass.range_constexpr(2):
+                cute.autovec_copy(zeros, dst[units[u] + 8 * 8 * i, None])
+
+
 def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, qk_rows: bool = False):
     if mma_path in ("bf16", "f16"):
-        return Mma16Path(mma_path)
+        return Mma16Path(mma_path, tile_n)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype, tile_n)
     if mma_path == "fp8_mma":
@@ -332,4 +362,5 @@ def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 
-__all__ = ["CVT_THREADS", "Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "convert_slot", "unit_view", "BAR_WG_LOCAL", "BAR_Q_READY"]
+__all__ = ["CVT_THREADS", "Mma16Path", "DequantFp8Path", "Fp8MmaPath", "make_mma_path", "convert_slot", "unit_view",
+           "zero_half_tile_rows", "BAR_WG_LOCAL", "BAR_Q_READY"]
