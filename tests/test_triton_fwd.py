@@ -14,8 +14,6 @@ each program in NumPy.
 import dataclasses
 import importlib
 import math
-import os
-import sys
 
 import pytest
 import torch
@@ -24,27 +22,14 @@ import fa512
 from fa512.call import default_bounds
 from fa512.planning.dispatch import Target, make_plan
 from fa512.call import Call
-from fa512.planning.validate import check
+from fa512.planning.validate import check as validate_check
+from helpers import interpreted_triton_fwd
 D = 512
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRET = DEVICE == "cpu"
 
 
-def _import_interpreted_triton_fwd():
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        if "fa512.backends.triton_fwd" in sys.modules:
-            return importlib.reload(sys.modules["fa512.backends.triton_fwd"])
-        return importlib.import_module("fa512.backends.triton_fwd")
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-
-
-triton_fwd = _import_interpreted_triton_fwd() if INTERPRET else importlib.import_module("fa512.backends.triton_fwd")
+triton_fwd = interpreted_triton_fwd() if INTERPRET else importlib.import_module("fa512.backends.triton_fwd")
 
 
 @pytest.fixture(autouse=True)
@@ -263,7 +248,7 @@ def _direct_launch(q, k, v, kw, config_changes, **extra):
     kw = {**kw, **extra}
     msq, msk, scale = default_bounds(q, k, kw.get("page_table"), kw.get("max_seqlen_q"),
                                      kw.get("max_seqlen_k"), kw.pop("softmax_scale", None))
-    problem, args = check(Call(
+    problem, args = validate_check(Call(
         q, k, v, None, kw.get("page_table"), kw.get("cu_seqlens_k"), kw["cu_seqlens_q"], msq, kw["seqused_k"], msk,
         scale, kw.get("causal", False), kw.get("window_left", -1), kw.get("window_right", -1),
         kw.get("q_descale"), kw.get("k_descale"), kw.get("v_descale"), kw.get("num_splits", 0), "triton",

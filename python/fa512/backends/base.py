@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from ..contract import REFERENCE_ONLY_DTYPES
 from ..planning.descales import descale_view
 from ..planning.problem import FwdArgs, Problem
 from ..planning.splits import workspace_bytes
@@ -73,6 +74,14 @@ class Launcher:
         return self._launch(self.plan, self.args(call), call.out)
 
 
+def reference_only_dtype(problem: Problem) -> Optional[str]:
+    """The refusal of a GPU kernel for q or K/V in a dtype only the reference computes (float32)."""
+    for name, dtype in (("q", problem.q_dtype), ("K/V", problem.kv_dtype)):
+        if dtype in REFERENCE_ONLY_DTYPES:
+            return f"{name} in {dtype}: only the reference kernel computes in float32 (pass bf16/fp16)"
+    return None
+
+
 class Backend:
     name: str = ""
     splits_kv: bool = False  # whether auto split planning applies
@@ -99,4 +108,4 @@ class Backend:
         return Launcher(plan, extents, self.launch)
 
 
-__all__ = ["Backend", "Launcher"]
+__all__ = ["Backend", "Launcher", "reference_only_dtype"]
