@@ -37,6 +37,10 @@ for step in "$@"; do
       run "$step" 300 $smoke --no-perf --case "${step#mma16case_}" --out "$OUT/$step" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
+    hf_tests)    run hf_tests 580 python3 -m pytest -q tests/test_transformers_integration.py -rs ;;  # issue 25 acceptance
+    hf_4k)       run hf_4k 580 python3 profiles/transformers_gemma4.py --prompt-len 4096 --new-tokens 32 ;;
+    hf_32k)      run hf_32k 580 python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8 ;;
+    hf_pad)      run hf_pad 400 python3 profiles/transformers_gemma4.py --prompt-len 4096 --batch 4 --pad 1000 --new-tokens 16 ;;
     launch_cost) run launch_cost 120 bash -c "nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost" ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;
     overhead_bd) run overhead_bd 300 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_tiny_splits decode_b4_splits5 prefill_tiny_prepass decode_fp8 decode_bf16_splits ;;

@@ -17,6 +17,29 @@ def load_profile(name: str):
     spec.loader.exec_module(mod)
     return mod
 
+
+def interpreted_triton_fwd():
+    """fa512.backends.triton_fwd with its kernels under the Triton interpreter (CPU tensors).
+
+    Triton decides interpreted vs compiled when a kernel is decorated, so the module is imported
+    (or reloaded) with TRITON_INTERPRET=1, and the variable is then restored: the op's dispatch
+    reads it per call, so callers set it while their interpreted calls run.
+    """
+    import sys
+
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        if "fa512.backends.triton_fwd" in sys.modules:
+            return importlib.reload(sys.modules["fa512.backends.triton_fwd"])
+        return importlib.import_module("fa512.backends.triton_fwd")
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
 D = 512
 
 

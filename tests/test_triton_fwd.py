@@ -14,8 +14,6 @@ each program in NumPy.
 import dataclasses
 import importlib
 import math
-import os
-import sys
 
 import pytest
 import torch
@@ -25,26 +23,14 @@ from fa512.call import default_bounds
 from fa512.planning.dispatch import Target, make_plan
 from fa512.call import Call
 from fa512.planning.validate import check as validate_check
+from helpers import interpreted_triton_fwd
+
 D = 512
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 INTERPRET = DEVICE == "cpu"
 
 
-def _import_interpreted_triton_fwd():
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        if "fa512.backends.triton_fwd" in sys.modules:
-            return importlib.reload(sys.modules["fa512.backends.triton_fwd"])
-        return importlib.import_module("fa512.backends.triton_fwd")
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-
-
-triton_fwd = _import_interpreted_triton_fwd() if INTERPRET else importlib.import_module("fa512.backends.triton_fwd")
+triton_fwd = interpreted_triton_fwd() if INTERPRET else importlib.import_module("fa512.backends.triton_fwd")
 
 
 @pytest.fixture(autouse=True)

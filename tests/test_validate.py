@@ -28,7 +28,8 @@ def _bad_cases():
     q, k = p["q"], p["k"]
     yield "head_dim", dict(p, q=q[..., :256].contiguous()), ValueError, ["q", "head_dim 256", "512"]
     yield "kv head_dim", dict(p, k=k[..., :256], v=p["v"][..., :256]), ValueError, ["k", "head_dim 256"]
-    yield "q float32", dict(p, q=q.float()), TypeError, ["q", "float32", "bfloat16"]
+    yield "q float64", dict(p, q=q.double()), TypeError, ["q", "float64", "bfloat16", "float32"]
+    yield "16-bit kv with float32 q", dict(p, q=q.float()), TypeError, ["k", "float16 with q torch.float32", "q's dtype"]
     yield "kv e5m2", dict(p, k=k.to(torch.float8_e5m2), v=p["v"].to(torch.float8_e5m2)), TypeError, ["k", "float8_e5m2"]
     yield "k/v dtype mismatch", dict(p, v=p["v"].to(torch.float8_e4m3fn)), TypeError, ["v", "float8_e4m3fn", "k's dtype"]
     yield "16-bit kv != q dtype", dict(p, k=k.bfloat16(), v=p["v"].bfloat16()), TypeError, ["k", "bfloat16", "q's dtype"]
@@ -91,6 +92,22 @@ def test_good_inputs_pass():
     for paged in (True, False):
         out, lse = _call(_base(paged))
         assert out.shape == (5, 4, 512) and lse.shape == (4, 5)
+
+
+def test_float32_is_served_by_the_reference_only():
+    """float32 q/K/V (a float32 model's attention) runs on the reference; the GPU kernels refuse it."""
+    args = _base(paged=False)
+    args.update(q=args["q"].float(), k=args["k"].float(), v=args["v"].float())
+    out, lse = _call(args)
+    assert out.dtype == torch.float32 and fa512.launch.run.last_launch["kernel"] == "reference"
+    q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
+    ref, ref_lse = fa512.attention_ref(q, k, v, **args)
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-6
+    for target, kernels in (("sm_90", ("mma16", "triton")), ("sm_120", ("triton",))):
+        with pytest.raises(fa512.KernelUnavailableError) as info:
+            fa512.plan(q, k, v, target=target, **args)
+        for name in kernels:
+            assert f"{name}: q in torch.float32: only the reference kernel" in str(info.value)
 
 
 def test_descales_are_views_not_copies():

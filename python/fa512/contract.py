@@ -15,8 +15,12 @@ HEAD_DIM = 512
 KERNEL_NAMES = ("auto", "fp8_mma", "mma16", "triton", "reference")
 # The split-KV workspace is sized for at most this many splits (`fa512.planning.splits`).
 MAX_SPLITS = 32
-Q_DTYPES = (torch.bfloat16, torch.float16)
-KV_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16)
+# float32 q and K/V are served by the reference kernel only (`REFERENCE_ONLY_DTYPES`): it is how a
+# float32 model (transformers on CPU, fa512.integrations.transformers) runs through the op; the GPU
+# kernels refuse it with that reason.
+Q_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+KV_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16, torch.float32)
+REFERENCE_ONLY_DTYPES = (torch.float32,)
 DEFAULT_SOFTMAX_SCALE = 1.0 / math.sqrt(HEAD_DIM)
 
-__all__ = ["DEFAULT_SOFTMAX_SCALE", "HEAD_DIM", "KERNEL_NAMES", "KV_DTYPES", "MAX_SPLITS", "Q_DTYPES"]
+__all__ = ["DEFAULT_SOFTMAX_SCALE", "HEAD_DIM", "KERNEL_NAMES", "KV_DTYPES", "MAX_SPLITS", "Q_DTYPES", "REFERENCE_ONLY_DTYPES"]

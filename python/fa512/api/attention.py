@@ -41,10 +41,10 @@ def attention(
 
     Parameters
     ----------
-    q : (total_q, Hq, 512) bfloat16 or float16
+    q : (total_q, Hq, 512) bfloat16 or float16 (float32: the reference kernel only)
         Packed queries of all sequences; last dim contiguous, other strides free.
     k, v : (num_pages, page_size, Hkv, 512) with ``page_table``, or (total_k, Hkv, 512) with
-        ``cu_seqlens_k``; float8_e4m3fn, or q's 16-bit dtype; k and v share dtype and layout.
+        ``cu_seqlens_k``; float8_e4m3fn, or q's dtype; k and v share dtype and layout.
     cu_seqlens_q : (B+1,) int32
         Query offsets of each sequence in ``q``.
     seqused_k : (B,) int32, optional

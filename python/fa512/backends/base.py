@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from ..contract import REFERENCE_ONLY_DTYPES
 from ..errors import KernelUnavailableError
 from ..planning.descales import descale_view
 from ..planning.problem import FwdArgs, Problem
@@ -83,6 +84,14 @@ class PartialLauncher(Launcher):
         return self._launch(self.plan, self.args(call))
 
 
+def reference_only_dtype(problem: Problem) -> Optional[str]:
+    """The refusal of a GPU kernel for q or K/V in a dtype only the reference computes (float32)."""
+    for name, dtype in (("q", problem.q_dtype), ("K/V", problem.kv_dtype)):
+        if dtype in REFERENCE_ONLY_DTYPES:
+            return f"{name} in {dtype}: only the reference kernel computes in float32 (pass bf16/fp16)"
+    return None
+
+
 class Backend:
     name: str = ""
     splits_kv: bool = False  # whether auto split planning applies
@@ -113,4 +122,4 @@ class Backend:
         raise KernelUnavailableError(f"fa512: kernel {self.name!r} has no launch of uncombined split partials")
 
 
-__all__ = ["Backend", "Launcher", "PartialLauncher"]
+__all__ = ["Backend", "Launcher", "PartialLauncher", "reference_only_dtype"]

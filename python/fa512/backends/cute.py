@@ -22,7 +22,7 @@ import torch
 
 from ..errors import KernelUnavailableError, arg_error
 from ..planning.problem import FwdArgs, Problem
-from .base import Backend, Launcher, PartialLauncher
+from .base import Backend, Launcher, PartialLauncher, reference_only_dtype
 
 WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
 
@@ -239,6 +239,9 @@ class Mma16Backend(Backend):
         return None
 
     def unsupported(self, problem: Problem, target) -> Optional[str]:
+        refusal = reference_only_dtype(problem)
+        if refusal is not None:
+            return refusal
         if not target.is_sm90:
             return f"needs an SM90 GPU (H100/H200), got {target.describe()}"
         ok, why = self.make_config(problem, target).can_implement()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from .base import Backend, PartialLauncher
+from .base import Backend, PartialLauncher, reference_only_dtype
 
 
 class TritonBackend(Backend):
@@ -20,6 +20,9 @@ class TritonBackend(Backend):
         return None
 
     def unsupported(self, problem, target):
+        refusal = reference_only_dtype(problem)
+        if refusal is not None:
+            return refusal
         if target.device_type == "cpu" and not target.triton_interpreter:
             return "CPU tensors need TRITON_INTERPRET=1 (the Triton interpreter)"
         from . import triton_fwd

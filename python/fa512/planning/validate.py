@@ -99,7 +99,9 @@ def check(call: Call) -> tuple[Problem, FwdArgs]:
 
     # -- dtypes and ranks ---------------------------------------------------------------
     if q.dtype not in Q_DTYPES:
-        raise arg_error(TypeError, "q", f"dtype {q.dtype}", "torch.bfloat16 or torch.float16")
+        raise arg_error(
+            TypeError, "q", f"dtype {q.dtype}", "torch.bfloat16, torch.float16 or torch.float32 (reference kernel only)"
+        )
     if q.dim() != 3:
         raise arg_error(ValueError, "q", f"shape {tuple(q.shape)}", "(total_q, Hq, 512)")
     if q.shape[-1] != HEAD_DIM:
@@ -108,7 +110,7 @@ def check(call: Call) -> tuple[Problem, FwdArgs]:
         if t.dtype not in KV_DTYPES:
             raise arg_error(
                 TypeError, name, f"dtype {t.dtype}",
-                "torch.float8_e4m3fn, torch.bfloat16 or torch.float16",
+                "torch.float8_e4m3fn, torch.bfloat16, torch.float16 or torch.float32 (reference kernel only)",
             )
         if t.device != device:
             raise arg_error(ValueError, name, f"device {t.device}", f"q's device {device}")
@@ -124,7 +126,7 @@ def check(call: Call) -> tuple[Problem, FwdArgs]:
     if k.dtype != torch.float8_e4m3fn and k.dtype != q.dtype:
         raise arg_error(
             TypeError, "k", f"dtype {k.dtype} with q {q.dtype}",
-            "16-bit K/V in q's dtype, or torch.float8_e4m3fn",
+            "K/V in q's dtype, or torch.float8_e4m3fn",
         )
     if tuple(k.shape) != tuple(v.shape):
         raise arg_error(ValueError, "v", f"shape {tuple(v.shape)}", f"k's shape {tuple(k.shape)}")

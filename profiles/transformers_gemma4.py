@@ -1,0 +1,198 @@
+"""A random-weight Gemma-4 text model in Hugging Face transformers, run with
+``attn_implementation="fa512"`` and with ``"sdpa"``: prefill and greedy generation, time, peak
+memory and the difference of the logits.
+
+Run from the repository root (no weights are downloaded; transformers 5.17)::
+
+    PYTHONPATH=python:. python3 profiles/transformers_gemma4.py                      # CPU: tiny, float32
+    PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 4096    # GPU: bf16, mma16
+    PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8
+
+The model has the 31B head layout: 32 query heads; full-attention layers with 4 kv heads of
+head_dim 512 (k = v projection, ``attention_k_eq_v``); sliding layers with 16 kv heads of 256 and a
+1024-token window; layers in Gemma-4's pattern (5 sliding, then 1 full), ``--layers`` of them. On
+a GPU the widths default to the 31B's (hidden 5376, vocab 262144) in bf16; on CPU to a tiny model
+in float32 (the reference kernel). Weights are transformers' own random init (std 0.02), seeded.
+
+Each implementation runs a warm-up prefill (compiles fa512's kernels), then a timed prefill of
+``--batch`` prompts (``--pad`` tokens of left padding on every other prompt) keeping the logits
+of the last ``--keep`` positions, then ``generate`` for ``--new-tokens`` greedy tokens. Peak memory
+is CUDA's ``max_memory_allocated`` above what the model holds (CPU: not measured). sdpa at d512 on
+a GPU has only the math path (every fused backend refuses head_dim 512), so at 32k tokens it runs
+out of memory: that is reported, not raised. The last lines compare fa512 with sdpa: rel L2 and max
+abs difference of the kept logits, and the greedy tokens that agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Optional
+
+import torch
+
+# The 31B layout's heads (Gemma-4 31B: 32 query heads; full layers 4 kv heads of 512, sliding
+# layers 16 kv heads of 256).
+HEADS_31B = dict(num_attention_heads=32, num_key_value_heads=16, head_dim=256, num_global_key_value_heads=4,
+                 global_head_dim=512)
+
+
+def make_model(layer_types, hidden=64, vocab=256, intermediate=None, heads=None, sliding_window=1024,
+               bidirectional=None, dtype=torch.float32, device="cpu", seed=0):
+    """A random-weight ``Gemma4ForCausalLM`` (eval mode). ``heads`` overrides `HEADS_31B`'s keys."""
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    layout = dict(HEADS_31B, **(heads or {}))
+    config = Gemma4TextConfig(
+        vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=hidden,
+        intermediate_size=intermediate or 4 * hidden, num_hidden_layers=len(layer_types),
+        layer_types=list(layer_types), sliding_window=sliding_window, hidden_size_per_layer_input=0,
+        attention_k_eq_v=True, use_bidirectional_attention=bidirectional,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, **layout,
+    )
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = Gemma4ForCausalLM(config)
+    return model.to(dtype).eval()
+
+
+def gemma4_layers(n: int) -> list:
+    """Gemma-4's layer pattern, 5 sliding then 1 full, ending on a full layer (as the config forces)."""
+    types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(n)]
+    types[-1] = "full_attention"
+    return types
+
+
+def make_prompts(batch, length, vocab, pad=0, seed=1, device="cpu"):
+    """(input_ids, attention_mask): random tokens >= 3; every other prompt left-padded by ``pad``."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for b in range(1, batch, 2):
+        ids[b, :pad] = 0
+        mask[b, :pad] = 0
+    return ids.to(device), mask.to(device)
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+class _Peak:
+    """CUDA peak allocation above the level at entry (GiB); None on CPU."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.gib: Optional[float] = None
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.gib = (torch.cuda.max_memory_allocated() - self.base) / 2**30
+        self.seconds = time.perf_counter() - self.t0
+        return False
+
+
+def run_impl(model, impl, ids, mask, keep, new_tokens):
+    """Warm-up, timed prefill and generate with one implementation: a dict of results."""
+    model.set_attn_implementation(impl)
+    result = {"impl": impl}
+    device = ids.device
+    oom = torch.cuda.OutOfMemoryError if device.type == "cuda" else ()
+    try:
+        with torch.no_grad():
+            model(ids[:, -min(ids.shape[1], 128):], logits_to_keep=1)  # warm-up (fa512 compiles here)
+            with _Peak(device) as peak:
+                logits = model(ids, attention_mask=mask, logits_to_keep=keep).logits
+            result.update(prefill_s=peak.seconds, prefill_gib=peak.gib, logits=logits.float().cpu())
+            del logits
+            with _Peak(device) as peak:
+                out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                     do_sample=False, pad_token_id=0)
+            result.update(generate_s=peak.seconds, generate_gib=peak.gib, tokens=out[:, ids.shape[1]:].cpu())
+    except oom as e:
+        result["error"] = f"out of memory ({str(e).splitlines()[0][:120]})"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return result
+
+
+def _fmt(x, unit, scale=1.0, digits=1):
+    return "-" if x is None else f"{x * scale:.{digits}f} {unit}"
+
+
+def main(argv=None):
+    cuda = torch.cuda.is_available()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if cuda else "cpu")
+    p.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
+                   help="default: bfloat16 on a GPU, float32 on CPU")
+    p.add_argument("--layers", type=int, default=6, help="decoder layers in Gemma-4's 5:1 pattern (default 6)")
+    p.add_argument("--hidden", type=int, default=None, help="default: 5376 (31B) on a GPU, 128 on CPU")
+    p.add_argument("--vocab", type=int, default=None, help="default: 262144 on a GPU, 512 on CPU")
+    p.add_argument("--prompt-len", type=int, default=None, help="default: 4096 on a GPU, 48 on CPU")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--pad", type=int, default=0, help="left padding of every other prompt (tokens)")
+    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--keep", type=int, default=64, help="positions whose logits are kept and compared")
+    p.add_argument("--kernel", default="auto", help="fa512 kernel for the d512 layers (default: auto)")
+    p.add_argument("--impls", default="fa512,sdpa")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+
+    on_gpu = torch.device(a.device).type == "cuda"
+    dtype = getattr(torch, a.dtype or ("bfloat16" if on_gpu else "float32"))
+    hidden = a.hidden or (5376 if on_gpu else 128)
+    vocab = a.vocab or (262144 if on_gpu else 512)
+    prompt_len = a.prompt_len or (4096 if on_gpu else 48)
+
+    import fa512.integrations.transformers as fa512_hf
+
+    impls = a.impls.split(",")
+    if a.kernel != "auto":
+        impls = [fa512_hf.register(f"fa512_{a.kernel}", kernel=a.kernel) if i == "fa512" else i for i in impls]
+    model = make_model(gemma4_layers(a.layers), hidden=hidden, vocab=vocab, dtype=dtype, device=a.device, seed=a.seed)
+    ids, mask = make_prompts(a.batch, prompt_len, vocab, pad=a.pad, seed=a.seed + 1, device=a.device)
+    keep = min(a.keep, prompt_len)
+    print(f"Gemma-4 text, {a.layers} layers ({gemma4_layers(a.layers).count('full_attention')} full d512 Hq=32/Hkv=4, "
+          f"the rest sliding d256 Hkv=16), hidden {hidden}, vocab {vocab}, {dtype}, {a.device}; batch {a.batch} x "
+          f"{prompt_len} tokens (left pad {a.pad} on every other), {a.new_tokens} greedy tokens")
+
+    results = []
+    for impl in impls:
+        fa512_hf.reset()
+        r = run_impl(model, impl, ids, mask, keep, a.new_tokens)
+        r["served"] = dict(fa512_hf.served)
+        results.append(r)
+        if "error" in r:
+            print(f"{impl:12s} {r['error']}")
+            continue
+        decode = (r["generate_s"] - r["prefill_s"]) / max(1, a.new_tokens - 1)
+        print(f"{impl:12s} prefill {_fmt(r['prefill_s'], 'ms', 1e3)}, peak {_fmt(r['prefill_gib'], 'GiB', digits=2)}"
+              f" | generate {_fmt(r['generate_s'], 's', digits=2)} (~{decode * 1e3:.1f} ms/token after prefill),"
+              f" peak {_fmt(r['generate_gib'], 'GiB', digits=2)} | served {r['served']}")
+
+    done = [r for r in results if "error" not in r]
+    for r in done[1:]:
+        ref = done[0]
+        tokens_equal = (r["tokens"] == ref["tokens"]).all(dim=0)
+        first_diff = int((~tokens_equal).nonzero()[0]) if not bool(tokens_equal.all()) else None
+        print(f"{ref['impl']} vs {r['impl']}: logits rel L2 {rel_l2(ref['logits'], r['logits']):.2e}, max abs "
+              f"{(ref['logits'] - r['logits']).abs().max().item():.2e} (last {keep} positions); greedy tokens equal "
+              f"{int(tokens_equal.sum())}/{a.new_tokens} steps"
+              + ("" if first_diff is None else f" (first difference at step {first_diff})"))
+    return results
+
+
+if __name__ == "__main__":
+    main()
