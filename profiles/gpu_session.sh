@@ -45,6 +45,8 @@ for step in "$@"; do
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;
     overhead_bd) run overhead_bd 300 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_tiny_splits decode_b4_splits5 prefill_tiny_prepass decode_fp8 decode_bf16_splits ;;
     check)       run check 580 python3 -m fa512 check ;;
+    fill_cache)  run fill_cache 300 python3 -m fa512 compile --fill-cache --jobs 16 ;;  # every variant into FA512_CACHE_DIR first
+    fuzz)        run fuzz 580 python3 -m fa512 fuzz --cases 500 --kernel fp8_mma,mma16,triton --json "$OUT/fuzz.json" ;;
     sanitize)    run sanitize 590 python3 -m fa512 sanitize --timeout 560 ;;
     sanitize_*)  # one tool over every variant: sanitize_<memcheck|racecheck|synccheck|initcheck>
       run "$step" 590 python3 -m fa512 sanitize --tools "${step#sanitize_}" --timeout 560 ;;
