@@ -36,7 +36,10 @@ for step in "$@"; do
     mma16case_*) # mma16 correctness cases by name substring: mma16case_<substring>
       run "$step" 300 $smoke --no-perf --case "${step#mma16case_}" --out "$OUT/$step" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
-    gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;
+    gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;  # > 580 s on a fresh machine: use the halves
+    # the whole GPU suite in two halves (each ~3-7 min warm; the Triton fuzz compiles its cases first)
+    gpu_tests_kernels) run gpu_tests_kernels 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py -rs ;;
+    gpu_tests_tools)   run gpu_tests_tools 580 python3 -m pytest -q -m gpu tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py -rs ;;
     hf_tests)    run hf_tests 580 python3 -m pytest -q tests/test_transformers_integration.py -rs ;;  # issue 25 acceptance
     hf_4k)       run hf_4k 580 python3 profiles/transformers_gemma4.py --prompt-len 4096 --new-tokens 32 ;;
     hf_32k)      run hf_32k 580 python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8 ;;

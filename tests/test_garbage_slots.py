@@ -79,8 +79,9 @@ def _case(layout: str, kv_dtype, garbage: str, device="cuda"):
         bits = clean.view(torch.uint8) if kv_dtype == torch.float8_e4m3fn else clean
         bits[~owned] = 0
         dirty = t.clone()
-        if kv_dtype == torch.float8_e4m3fn and garbage == "nan":
-            dirty.view(torch.uint8)[~owned] = 0x7F
+        if kv_dtype == torch.float8_e4m3fn:  # bytes: torch 2.11 has no fp8 masked_fill / index_put
+            byte = 0x7F if garbage == "nan" else torch.tensor(value).to(kv_dtype).view(torch.uint8).item()
+            dirty.view(torch.uint8)[~owned] = byte
         else:
             dirty[~owned] = torch.tensor(value).to(kv_dtype)
         kv.append(dirty)

@@ -39,8 +39,10 @@ under ``TRITON_INTERPRET=1`` the Triton interpreter takes 1-4 s per fp16 case. O
 included), 150 of triton in 5 s, so 500 cases of all three in about a minute. The first run
 compiles each new kernel variant (seconds each): ``--jobs`` (default one per core) first
 compiles the planned CuTe DSL kernels in parallel into the FA512_CACHE_DIR disk cache (72-99
-kernels for 150-500 cases in 16-32 s on 16 cores), and Triton compiles one specialisation per
-case or so on first use (~1.5 s each: 236 s for 150 cases; its own cache keeps them).
+kernels for 150-500 cases in 16-32 s on 16 cores). Triton compiles one specialisation per case
+or so on first use (~1.5 s each: 236 s for 150 cases run in order, and 500 cases did not finish
+within a 570 s GPU test, H200 2026-12-02), so with ``--jobs`` other than 1 a pool of GPU processes
+first runs each case's Triton call once, a share of the cases each, into Triton's own disk cache.
 """
 
 from __future__ import annotations
@@ -302,6 +304,36 @@ def precompile(specs: list, kernels: list, target, jobs: int) -> dict:
     return {key: err for key, _, err in results}
 
 
+def _triton_warm_worker(job: tuple) -> int:
+    """Run the Triton call of some cases once, results discarded: Triton's own disk cache then
+    holds their specialisations when the cases run in order. Returns how many calls ran."""
+    seed, indices, variants, device = job
+    device = torch.device(device)
+    ran = 0
+    for index in indices:
+        call, _, _ = call_on(build(make_spec(seed, index, variants)), device)
+        try:
+            fa512.attention(**call, kernel="triton")
+            ran += 1
+        except Exception:  # noqa: BLE001 - the case reports it when it runs in order
+            pass
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return ran
+
+
+def warm_triton(seed: int, indices: list, variants: int, jobs: int) -> None:
+    """Compile the cases' Triton specialisations in ``jobs`` GPU processes (each a share of the
+    cases, round robin), so that a first run does not compile them one by one (~1.5 s each)."""
+    shares = [indices[j::jobs] for j in range(min(jobs, len(indices)))]
+    t0 = time.perf_counter()
+    print(f"fuzz: compiling the Triton specialisations of {len(indices)} cases in {len(shares)} processes ...",
+          file=sys.stderr, flush=True)
+    with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("spawn")) as pool:
+        ran = sum(pool.map(_triton_warm_worker, [(seed, share, variants, "cuda") for share in shares]))
+    print(f"fuzz: {ran} Triton calls warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", type=int, default=200, help="number of cases, regression cases first (default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the case list (default 0)")
@@ -314,7 +346,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--json", default=None, help="write every case's parameters and metrics to this file")
     p.add_argument("--jobs", type=int, default=0,
-                   help="processes compiling the planned SM90 kernels first (default: one per core; 1: compile lazily)")
+                   help="processes compiling first the planned SM90 kernels and the cases' Triton specialisations "
+                        "(default: one per core; 1: compile lazily, in order)")
     p.add_argument("--dry-run", action="store_true", help="print the cases' descriptions only")
     p.add_argument("--verbose", "-v", action="store_true", help="one line per (case, kernel)")
 
@@ -354,6 +387,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if device.type == "cuda" and args.jobs != 1 and any(k in SM90_KERNELS + ("auto",) for k in kernels):
         precompile(specs, kernels, target_of(device), args.jobs or os.cpu_count() or 1)
+    if device.type == "cuda" and args.jobs != 1 and "triton" in kernels and len(indices) > 1:
+        warm_triton(args.seed, indices, args.variants, args.jobs or os.cpu_count() or 1)
 
     stats = {k: dict(cases=0, seconds=0.0, worst={}, reasons={}, **dict.fromkeys(("pass", "refused", "skipped", "fail"), 0))
              for k in kernels}
