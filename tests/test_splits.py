@@ -74,3 +74,56 @@ def test_choice_is_within_5_percent_of_the_models_best(batch, seqlen_k):
     assert model.time(d.num_splits) <= model.time(fa3) * 1.05
     # And it is the smallest such count.
     assert all(model.time(s) > best * 1.05 for s in range(1, d.num_splits))
+
+
+# -- plan.ctas: the forward's grid as each kernel tiles it -----------------------------------------
+
+
+def _call(batch, q, k, hq, hkv, page=64):
+    import torch
+
+    pages = -(-k // page)
+    cache = torch.zeros(batch * pages, page, hkv, 512, dtype=torch.float8_e4m3fn)
+    return dict(q=torch.zeros(batch * q, hq, 512, dtype=torch.bfloat16), k=cache, v=cache,
+                cu_seqlens_q=torch.arange(0, batch * q + 1, q, dtype=torch.int32),
+                seqused_k=torch.full((batch,), k, dtype=torch.int32),
+                page_table=torch.arange(batch * pages, dtype=torch.int32).view(batch, pages),
+                max_seqlen_q=q, max_seqlen_k=k, causal=True)
+
+
+@pytest.mark.parametrize("kernel", ["fp8_mma", "mma16", "triton"])
+@pytest.mark.parametrize(
+    "batch, q, k, hq, hkv, tiles",
+    [
+        (1, 1, 8192, 32, 4, 4),  # decode: one tile per kv head (8 packed heads <= 64 rows)
+        (1, 4, 28672, 8, 1, 1),  # MTP q=4: 32 rows, one tile
+        (8, 1, 8192, 8, 1, 8),
+        (1, 8192, 8192, 32, 4, 4 * 1024),  # prefill: 8192 x 8 rows / 64 per kv head
+        (2, 1, 4096, 12, 2, None),  # G=6: SM90 packs 1 head per tile (64 % 6 != 0), Triton all 6
+    ],
+)
+def test_plan_ctas_is_the_forward_grid(kernel, batch, q, k, hq, hkv, tiles):
+    import fa512
+
+    p = fa512.plan(**_call(batch, q, k, hq, hkv), kernel=kernel, target="sm_90:132")
+    if tiles is None:  # the unpacked SM90 case: Hq tiles per sequence; Triton packs the group
+        tiles = batch * (hq if kernel != "triton" else hkv)
+    assert p.ctas == tiles * p.num_splits
+    assert p.launches == 1 + (p.num_splits > 1) + bool(getattr(p.config, "vt_prepass", False))
+    assert f"ctas      : {p.ctas} (132 SMs)" in p.describe()
+
+
+def test_split_model_counts_the_tiles_the_kernel_launches():
+    # G=6 on SM90: 12 query-head tiles per sequence, not 2 packed ones; the model must see 24 CTAs
+    import fa512
+
+    p = fa512.plan(**_call(2, 1, 4096, 12, 2), kernel="fp8_mma", target="sm_90:132")
+    assert p.config.qhead_per_kvhead == 1 and p.ctas == 24 * p.num_splits
+    assert "24 m-blocks" in p.reason
+
+
+def test_reference_launches_no_grid():
+    import fa512
+
+    p = fa512.plan(**_call(1, 1, 256, 8, 1), target="cpu")
+    assert (p.kernel, p.ctas, p.launches) == ("reference", 0, 0)

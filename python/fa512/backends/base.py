@@ -105,6 +105,15 @@ class Backend:
     def make_config(self, problem: Problem, target):
         raise NotImplementedError
 
+    def heads_per_tile(self, problem: Problem, config) -> int:
+        """Query heads of one kv head that share a CTA's M tile (GQA packing): the forward's grid
+        is (m blocks of max_seqlen_q x this, Hq / this x splits, batch). The whole group here."""
+        return problem.group_size
+
+    def launches(self, num_splits: int, config) -> int:
+        """Kernel launches of one call: the forward, plus the split combine when split."""
+        return 1 + (num_splits > 1)
+
     def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
         """Temporary device memory one launch allocates besides lse (``config``: the variant)."""
         return workspace_bytes(num_splits, problem.total_q, problem.num_q_heads)

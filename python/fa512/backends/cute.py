@@ -247,6 +247,12 @@ class Mma16Backend(Backend):
         ok, why = self.make_config(problem, target).can_implement()
         return None if ok else why
 
+    def heads_per_tile(self, problem: Problem, config) -> int:
+        return config.qhead_per_kvhead  # the group when 64 rows hold whole groups, else 1
+
+    def launches(self, num_splits: int, config) -> int:
+        return super().launches(num_splits, config) + bool(config.vt_prepass)
+
     def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
         ws = super().workspace_bytes(num_splits, problem)
         if config is not None and config.vt_prepass:

@@ -24,6 +24,9 @@ class ReferenceBackend(Backend):
     def make_config(self, problem, target):
         return ReferenceConfig()
 
+    def launches(self, num_splits, config):
+        return 0  # torch operations, no kernel grid of its own
+
     def launch(self, plan, args, out):
         cfg = plan.config
         _, lse = reference_forward(

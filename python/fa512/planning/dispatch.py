@@ -20,7 +20,7 @@ import torch
 from ..backends.registry import BACKENDS
 from ..errors import KernelUnavailableError
 from .problem import Problem
-from .splits import PER_CTA_BW_SHARE, plan_num_splits
+from .splits import PER_CTA_BW_SHARE, forward_tiles, plan_num_splits
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,11 @@ ROUTES = (
 
 @dataclass(frozen=True)
 class Plan:
-    """The decision for one call shape: kernel, its frozen config, split count, workspace, why."""
+    """The decision for one call shape: kernel, its frozen config, split count, workspace, why.
+
+    ``ctas``: the forward's grid size (m blocks x tile heads x splits x sequences; 0 for the
+    reference, which launches no kernel grid of its own); ``launches``: kernels per call (the
+    forward, the split combine, the V^T prepass)."""
 
     kernel: str
     config: Any
@@ -109,6 +113,8 @@ class Plan:
     route: str
     problem: Problem
     target: Target
+    ctas: int = 0
+    launches: int = 0
 
     def describe(self) -> str:
         lines = [
@@ -118,6 +124,7 @@ class Plan:
             f"kernel    : {self.kernel}",
             f"config    : {self.config}",
             f"num_splits: {self.num_splits}",
+            f"ctas      : {self.ctas} ({self.target.num_sms} SMs), {self.launches} launch(es) per call",
             f"workspace : {self.workspace_bytes} bytes",
             f"why       : {self.reason}",
         ]
@@ -163,6 +170,7 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
 
     backend = BACKENDS[name]
     config = backend.make_config(problem, target)
+    pack = backend.heads_per_tile(problem, config)
     if num_splits > 0:
         splits, split_reason = num_splits, "num_splits given by the caller"
     elif not backend.splits_kv:
@@ -170,8 +178,8 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
     else:
         decision = plan_num_splits(
             batch=problem.batch,
-            num_kv_heads=problem.num_kv_heads,
-            group_size=problem.group_size,
+            num_kv_heads=problem.num_q_heads // pack,  # as the kernel tiles them
+            group_size=pack,
             max_seqlen_q=problem.max_seqlen_q,
             max_seqlen_k=problem.max_seqlen_k,
             window_left=problem.window_left,
@@ -185,7 +193,11 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
         )
         splits, split_reason = decision.num_splits, decision.reason
     ws = backend.workspace_bytes(splits, problem, config) if backend.splits_kv else 0
-    return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target)
+    launches = backend.launches(splits, config) if problem.total_q and problem.max_seqlen_q else 0
+    ctas = splits * forward_tiles(batch=problem.batch, num_tile_heads=problem.num_q_heads // pack, heads_per_tile=pack,
+                                  max_seqlen_q=problem.max_seqlen_q, block_m=config.block_m) if launches else 0
+    return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target,
+                ctas, launches)
 
 
 __all__ = ["Plan", "ROUTES", "Route", "Target", "make_plan", "target_of"]

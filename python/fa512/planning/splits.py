@@ -16,14 +16,16 @@ CTA cannot draw the whole memory bandwidth on its own, which is what splitting b
 
 fa512 instead minimises a small time model over ``s = 1 .. min(MAX_SPLITS, key blocks)``::
 
-    ctas(s)      = mblocks * s                       (mblocks = B * Hkv * ceil(q_rows / block_m))
+    ctas(s)      = mblocks * s                       (mblocks = B * Hq/P * ceil(max_seqlen_q * P / block_m))
     waves(s)     = ceil(ctas(s) / slots)             (slots  = SMs * ctas_per_sm)
     cta_bytes(s) = q_tile + ceil(n_blocks / s) * kv_block + [s > 1] * partial
     cta_bw(s)    = min(cta_bw_share * bw / slots, bw / min(ctas(s), slots))
     time(s)      = waves(s) * cta_bytes(s) / cta_bw(s)
                  + [s > 1] * (COMBINE_LAUNCH_S + (ctas(s) * partial + out_bytes) / bw)
 
-and keeps the smallest ``s`` within 5% of the minimum (fewer splits: less workspace, fewer
+(P: the query heads of a kv head packed into one M tile, `Backend.heads_per_tile`: the whole
+group G, or 1 where the SM90 kernel cannot pack G into its 64 rows) and keeps the smallest ``s``
+within 5% of the minimum (fewer splits: less workspace, fewer
 rounding steps). ``n_blocks`` is the key blocks the longest m-block reads (all of
 ``max_seqlen_k``, or the local window's span). Compute-heavy prefill has mblocks >> slots, so
 the model returns 1 exactly where FA3's 80% rule would. The constants are leads from the H200
@@ -130,13 +132,21 @@ def plan_num_splits(
     return SplitDecision(choice, model.n_blocks, model.mblocks, reason)
 
 
+def forward_tiles(*, batch: int, num_tile_heads: int, heads_per_tile: int, max_seqlen_q: int, block_m: int) -> int:
+    """CTAs of an unsplit forward: m blocks x tile heads x sequences (at least 1)."""
+    return max(1, batch * num_tile_heads * -(-(max_seqlen_q * heads_per_tile) // block_m))
+
+
 def split_model(
     *, batch, num_kv_heads, group_size, max_seqlen_q, max_seqlen_k, window_left, window_right, num_sms,
     block_m, block_n, kv_elem_bytes, ctas_per_sm=1, cta_bw_share=PER_CTA_BW_SHARE,
 ) -> SplitModel:
-    q_rows = max_seqlen_q * group_size  # GQA packing puts a kv head's query heads in one M tile
+    """``num_kv_heads`` and ``group_size`` as the kernel tiles them: Hq / P tile heads of P packed
+    query heads (the GQA group, or 1 when the kernel does not pack)."""
+    q_rows = max_seqlen_q * group_size  # GQA packing puts P query heads in one M tile
     rows_per_mblock = max(1, min(block_m, q_rows))
-    mblocks = max(1, batch * num_kv_heads * -(-q_rows // block_m))
+    mblocks = forward_tiles(batch=batch, num_tile_heads=num_kv_heads, heads_per_tile=group_size,
+                            max_seqlen_q=max_seqlen_q, block_m=block_m)
     return SplitModel(
         mblocks=mblocks,
         n_blocks=key_blocks(max_seqlen_q, max_seqlen_k, window_left, window_right, block_n),
