@@ -11,10 +11,13 @@ import torch
 
 from fa512.numerics.emulation import (
     E4M3_MAX,
+    GMMA_FP8_BITS,
+    accurate_design,
     emulate_attention,
     make_design,
     quantize_q_rows,
     round_e4m3,
+    split_e4m3,
     to_e4m3,
 )
 from fa512.tools.inputs import make_case
@@ -125,6 +128,10 @@ def test_make_design_refuses_bad_combinations():
         make_design("nope")
     with pytest.raises(ValueError, match="two_term_q"):
         make_design("anchor_fp8", two_term_q=True)
+    with pytest.raises(ValueError, match="two_term_p"):
+        make_design("dequant", two_term_p=True)
+    with pytest.raises(ValueError, match="two_term_p"):
+        dataclasses.replace(make_design("dequant"), two_term_p=True)
     with pytest.raises(ValueError, match="block_n"):
         make_design("fa512_fp8", block_n=0)
     case = gaussian(1.0, kv_dtype=torch.bfloat16, seqlen_k=64, q_len=4)
@@ -274,6 +281,67 @@ def test_two_term_q_reduces_error(std):
     assert err_two < 0.8 * err_one
 
 
+# -- the accurate mode: two-term Q and two-term P -----------------------------------------------
+
+
+def test_split_e4m3_terms_are_e4m3_and_cut_the_residual():
+    x = torch.linspace(-300.0, 300.0, 4097)
+    hi, lo = split_e4m3(x)
+    assert torch.equal(round_e4m3(hi), hi) and torch.equal(round_e4m3(lo), lo)
+    assert torch.equal(hi, round_e4m3(x))
+    # residual of a 3-bit mantissa: |x - hi| <= 2^-4 |x|; its own e4m3 rounding leaves <= 2^-4 of that
+    # (plus e4m3's subnormal spacing 2^-9 for tiny residuals)
+    assert bool(((x - hi).abs() <= x.abs() / 16 + 1e-6).all())
+    assert bool(((x - hi - lo).abs() <= (x - hi).abs() / 16 + 2.0 ** -10).all())
+
+
+def test_accurate_single_block_matches_a_float64_model_of_the_two_term_products():
+    # One key block: the online softmax is a plain softmax. Written out in float64 from the
+    # design's definition (Q_hi + Q_lo with the row scale, P = exp2(. + 8), P_hi + P_lo both e4m3,
+    # both products into one sum, row sums of P_hi + P_lo).
+    case = make_case("gaussian", heads="E2B", mode="decode", batch=1, seqlen_k=256, logit_std=3.0, seed=5, paged=False)
+    design = accurate_design(block_n=256)
+    assert design.label == "fa512_fp8+2q+2p/bn256"
+    out, lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=design, out_dtype=F32)
+    kw = case.kwargs()
+    k, v = case.k[:, 0].double(), case.v[:, 0].double()
+    q_hi, q_lo, scale = quantize_q_rows(case.q[0], two_term=True, pow2=True, groups=2)
+    t = (((q_hi.double() + q_lo.double()) * scale.double()) @ k.T) * (
+        kw["softmax_scale"] * float(kw["k_descale"][0, 0]) / math.log(2))
+    m = t.amax(-1, keepdim=True)
+    p = torch.exp2(t - m + 8)
+    p_hi = to_e4m3(p.float()).double()
+    p_lo = to_e4m3((p - p_hi).float()).double()
+    weights = p_hi + p_lo
+    want = (weights @ v) * (float(kw["v_descale"][0, 0]) / weights.sum(-1, keepdim=True))
+    want_lse = (m.squeeze(-1) + torch.log2(weights.sum(-1)) - 8) * math.log(2)
+    assert rel(out[0], want) < 1e-5
+    assert torch.allclose(lse[:, 0].double(), want_lse, atol=1e-5)
+    # and the second terms are not empty: dropping P_lo moves the result
+    assert rel(((p_hi @ v) / p_hi.sum(-1, keepdim=True)), want / float(kw["v_descale"][0, 0])) > 1e-3
+
+
+@pytest.mark.parametrize("std", [1.0, 3.0, 10.0])
+def test_accurate_mode_is_near_the_dequant_control(std):
+    # fp32 outputs (the designs' own error, without the bf16 cast): the fast design sits at
+    # 4e-2..2e-1 here, the accurate one within a few times the dequant control (2026-12-02:
+    # 6e-4 / 4e-4 / 2e-4 against 2e-4 / 1e-4 / 5e-5)
+    case = gaussian(std, seed=7)
+    fast, accurate, dequant = errors(case, ["fa512_fp8", accurate_design(), "dequant"])
+    assert accurate < 0.05 * fast
+    assert accurate < 6 * dequant + 2e-4
+
+
+def test_accurate_mode_on_the_h200_accumulation_chains_both_terms():
+    # With FP8 wgmma's 13-bit accumulation each second product is accumulated after the first
+    # into the same accumulator (the kernel's order), not added exactly: the result differs from
+    # the exact-accumulation emulation, by far less than the fast mode's error.
+    case = make_case("gaussian", heads=(8, 1), mode="decode", batch=1, seqlen_k=512, q_len=4, logit_std=1.0, seed=2)
+    fast_hw, accurate_hw, accurate_exact = errors(
+        case, [make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS), accurate_design(acc_bits=GMMA_FP8_BITS), accurate_design()])
+    assert accurate_exact < accurate_hw < 0.1 * fast_hw
+
+
 def test_reduced_precision_accumulation_model():
     # The acc_bits model with a coarse 8-bit accumulator (the H200 fits 13): promoting each key
     # block into fp32 O stays near exact accumulation; accumulating 4096 keys in O drifts.
@@ -355,7 +423,7 @@ def test_power_of_two_descales_fold_exactly(design):
     assert torch.equal(a, b) and torch.equal(la, lb)
 
 
-@pytest.mark.parametrize("design", ["dequant", "fa512_fp8", "anchor_fp8"])
+@pytest.mark.parametrize("design", ["dequant", "fa512_fp8", "anchor_fp8", "accurate"])
 def test_blocked_form_equals_the_kernel_loop(design, monkeypatch):
     # The default path evaluates all key blocks at once; the block-by-block loop (used by the
     # acc_bits model) is the kernel's order. They must agree to fp32 rounding, masks and splits included.
@@ -363,7 +431,7 @@ def test_blocked_form_equals_the_kernel_loop(design, monkeypatch):
 
     case = make_case("gemma", heads=(8, 2), mode="chunked", batch=2, seqlen_k=700, q_len=24, seed=8,
                      window_left=300, vary_lengths=True)
-    kw = dict(case.kwargs(), design=design, num_splits=2, out_dtype=F32)
+    kw = dict(case.kwargs(), design=accurate_design() if design == "accurate" else design, num_splits=2, out_dtype=F32)
     a, la = emulate_attention(case.q, case.k, case.v, **kw)
     monkeypatch.setattr(emulation, "_attend_range_blocked", emulation._attend_range_sequential)
     b, lb = emulate_attention(case.q, case.k, case.v, **kw)

@@ -203,6 +203,10 @@ def test_ab_quick_numbers_are_sane(ab_quick):
             two = get[(r["case"], "emu:fa512_fp8+2q")]
             assert two["rel_l2_f32"] < r["rel_l2_f32"]
             assert 1e-3 < r["rel_l2_f32"] < 0.2
+            # the accurate mode (issue 24): as delivered within 2x the dequant control, every case
+            accurate, control = get[(r["case"], ab.ACCURATE_ENTRY)], get[(r["case"], "emu:dequant")]
+            assert accurate["rel_l2"] <= 2 * control["rel_l2"], (r["case"], accurate["rel_l2"], control["rel_l2"])
+            assert accurate["rel_l2_f32"] < 0.1 * r["rel_l2_f32"]
 
 
 def test_ab_rejects_bad_arguments(tmp_path, capsys):

@@ -20,8 +20,10 @@ Designs (`make_design`):
     P is in [0, 256], converted to e4m3 (row_sum adds the e4m3 P, so the weights that
     multiply V sum to exactly 1 after the division; 8 ln2 leaves the lse); PV
     e4m3 x e4m3 accumulated per key block and promoted into fp32 O, which is rescaled by
-    exp2(m_old - m_new) in fp32. ``two_term_q`` adds the accuracy mode Q ~ Q_hi + Q_lo
-    (both e4m3, same scale, two products into the same S).
+    exp2(m_old - m_new) in fp32. The accurate mode (`accurate_design`) adds two-term operands:
+    ``two_term_q``, Q ~ Q_hi + Q_lo (both e4m3, same scale, two products into the same S), and
+    ``two_term_p``, P ~ P_hi + P_lo (P_lo = e4m3(P - P_hi), two products into the same P.V
+    accumulator, and the row sums add P_hi + P_lo).
 ``anchor_fp8`` (the vLLM fork's FP8 design)
     Q quantised to e4m3 with one per-tensor scale taken from q_descale: the framework sends
     q_true / q_descale, which in this op's contract (logits = (q.k) * q_descale * ...) is q
@@ -91,6 +93,8 @@ class Design:
     p_mode : "mma16" (P rounded to the 16-bit MMA dtype) or "e4m3".
     p_offset : log2 offset added to P before rounding (8 for fa512_fp8), taken out of the lse.
     two_term_q : Q ~ Q_hi + Q_lo, both e4m3 with the row scale (only with "row_e4m3").
+    two_term_p : P ~ P_hi + P_lo, both e4m3 (only with p_mode "e4m3"): P_lo = e4m3(P - P_hi) from
+        the fp32 P, its product accumulated after P_hi's into the same block accumulator.
     block_n : keys per block of the online softmax (the kernel's tile_n).
     acc_bits : None for exact fp32 accumulation, or the bits FP8 wgmma keeps below the largest
         exponent of each k=32 step and in its accumulator's mantissa (`gmma_fp8`; 13 is the
@@ -119,6 +123,7 @@ class Design:
     p_mode: str
     p_offset: float = 0.0
     two_term_q: bool = False
+    two_term_p: bool = False
     block_n: int = 64
     acc_bits: Optional[int] = None
     pv_promote: bool = True
@@ -135,6 +140,8 @@ class Design:
             raise arg_error(ValueError, "p_mode", repr(self.p_mode), " | ".join(_P_MODES))
         if self.two_term_q and self.q_mode != "row_e4m3":
             raise arg_error(ValueError, "two_term_q", True, "False unless q_mode='row_e4m3'")
+        if self.two_term_p and self.p_mode != "e4m3":
+            raise arg_error(ValueError, "two_term_p", True, "False unless p_mode='e4m3'")
         if isinstance(self.block_n, bool) or not isinstance(self.block_n, int) or self.block_n < 1:
             raise arg_error(ValueError, "block_n", self.block_n, "an int >= 1")
         if self.acc_bits is not None and not 1 <= self.acc_bits <= 23:
@@ -156,6 +163,8 @@ class Design:
         text = self.name
         if self.two_term_q:
             text += "+2q"
+        if self.two_term_p:
+            text += "+2p"
         if self.name != "fa512_fp8" and self.q_scale_pow2:
             text += "+p2"
         if self.name == "fa512_fp8" and not (self.q_scale_pow2 and self.q_groups == 2):
@@ -178,6 +187,7 @@ def make_design(
     *,
     block_n: int = 64,
     two_term_q: bool = False,
+    two_term_p: bool = False,
     acc_bits: Optional[int] = None,
     pv_promote: bool = True,
 ) -> Design:
@@ -191,11 +201,17 @@ def make_design(
         base = Design("anchor_fp8", q_mode="tensor_e4m3", p_mode="e4m3", p_offset=0.0)
     else:
         raise arg_error(ValueError, "design", repr(name), " | ".join(repr(n) for n in DESIGN_NAMES))
-    if two_term_q and name != "fa512_fp8":
-        raise arg_error(ValueError, "two_term_q", True, "False unless design='fa512_fp8'")
+    for flag, value in (("two_term_q", two_term_q), ("two_term_p", two_term_p)):
+        if value and name != "fa512_fp8":
+            raise arg_error(ValueError, flag, True, "False unless design='fa512_fp8'")
     return dataclasses.replace(
-        base, block_n=block_n, two_term_q=two_term_q, acc_bits=acc_bits, pv_promote=pv_promote
+        base, block_n=block_n, two_term_q=two_term_q, two_term_p=two_term_p, acc_bits=acc_bits, pv_promote=pv_promote
     )
+
+
+def accurate_design(**kw) -> Design:
+    """fp8_mma's accurate mode: fa512_fp8 with two-term Q and two-term P (keywords as `make_design`)."""
+    return make_design("fa512_fp8", two_term_q=True, two_term_p=True, **kw)
 
 
 # -- rounding primitives -------------------------------------------------------------------
@@ -209,6 +225,13 @@ def to_e4m3(x: torch.Tensor) -> torch.Tensor:
 def round_e4m3(x: torch.Tensor) -> torch.Tensor:
     """``x`` rounded to e4m3 and returned in x's dtype."""
     return to_e4m3(x).to(x.dtype)
+
+
+def split_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo), both e4m3 values in x's dtype: hi = e4m3(x), lo = e4m3(x - hi), the residual
+    from x as it is (fp32 in the kernels: the subtraction of two nearby values is exact)."""
+    hi = round_e4m3(x)
+    return hi, round_e4m3(x - hi)
 
 
 def pow2_scale_exponent(amax: torch.Tensor) -> torch.Tensor:
@@ -268,8 +291,9 @@ def _mma16_dtype(problem: Problem) -> torch.dtype:
 def _q_operand(q: torch.Tensor, design: Design, mma16_dtype: torch.dtype):
     """(q_op float32, row_scale (..., 1) float32 or None, q_groups or None) for (..., D) queries.
 
-    q_groups (fa512_fp8 with q_groups > 1): (e4m3 values (..., D), per-column scale (..., D)),
-    for the FP8 accumulation model, which needs each slice's e4m3 product before its scale.
+    q_groups (fa512_fp8 with q_groups > 1): (e4m3 terms, a tuple of (..., D): Q_hi and with
+    ``two_term_q`` Q_lo; per-column scale (..., D)), for the FP8 accumulation model, which needs
+    each term's e4m3 product, accumulated in turn, before the slice's scale.
     """
     if design.q_mode == "mma16":
         return q.to(mma16_dtype).float(), None, None
@@ -280,17 +304,25 @@ def _q_operand(q: torch.Tensor, design: Design, mma16_dtype: torch.dtype):
         if design.q_groups > 1:
             # the kernel scales each slice's partial logits before summing them; with power-of-
             # two scales the dequantised Q is exact, so folding the scale into Q is the same sum
-            return (q_hi + q_lo) * scale, None, (q_hi + q_lo, scale)
+            terms = (q_hi, q_lo) if design.two_term_q else (q_hi,)
+            return (q_hi + q_lo) * scale, None, (terms, scale)
         return q_hi + q_lo, scale, None
     if design.q_mode == "tensor_e4m3":
         return round_e4m3(q.float()), None, None
     return q.float(), None, None
 
 
-def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch.Tensor:
+def _p_terms(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> tuple:
+    """P as the P.V MMAs take it: (e4m3(P),), (P_hi, P_lo) with ``two_term_p``, or (16-bit P,)."""
     if design.p_mode == "e4m3":
-        return round_e4m3(p)
-    return p.to(mma16_dtype).float()
+        return split_e4m3(p) if design.two_term_p else (round_e4m3(p),)
+    return (p.to(mma16_dtype).float(),)
+
+
+def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch.Tensor:
+    """The P the MMAs see, as one tensor (P_hi + P_lo is exact in fp32: a few significant bits each)."""
+    terms = _p_terms(p, design, mma16_dtype)
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
 def fp8_mma_design(variant) -> Design:
@@ -424,11 +456,19 @@ def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo,
     return _finish(o, row_sum, m_final, v_scale, design)
 
 
-def _qk_rows(q8, col_scale, k_blk, acc_bits: int) -> torch.Tensor:
+def _gmma_terms(terms: tuple, b: torch.Tensor, acc_bits: int, lo: int, hi: int) -> torch.Tensor:
+    """Each term's product over d [lo, hi) accumulated in turn from zero into one accumulator."""
+    acc = None
+    for t in terms:
+        acc = gmma_fp8(t[..., lo:hi], b[..., lo:hi, :], acc, acc_bits)
+    return acc
+
+
+def _qk_rows(terms, col_scale, k_blk, acc_bits: int) -> torch.Tensor:
     """S of the decode tile with one k=32 step per M row (`Design.qk_rows`), in its fp32 order."""
     step = 32
-    piece = [gmma_fp8(q8[..., c * step:(c + 1) * step], k_blk[..., c * step:(c + 1) * step, :], None, acc_bits)
-             * col_scale[..., c * step:c * step + 1] for c in range(q8.shape[-1] // step)]
+    piece = [_gmma_terms(terms, k_blk, acc_bits, c * step, (c + 1) * step) * col_scale[..., c * step:c * step + 1]
+             for c in range(terms[0].shape[-1] // step)]
     s = None
     for pair in range(len(piece) // 2):  # (half, warp) in order; a thread's two rows first
         t = piece[2 * pair] + piece[2 * pair + 1]
@@ -441,10 +481,10 @@ def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int, promote: bool = False, 
     warpgroup's half), each scaled by its power-of-two row scale, summed in fp32. With
     ``promote`` each slice's two k halves accumulate separately and are added in fp32 first;
     with ``rows`` every k-step is a product of its own (`_qk_rows`)."""
-    q8, col_scale = q_groups
+    terms, col_scale = q_groups
     if rows:
-        return _qk_rows(q8, col_scale, k_blk, acc_bits)
-    d = q8.shape[-1]
+        return _qk_rows(terms, col_scale, k_blk, acc_bits)
+    d = terms[0].shape[-1]
     w = d // groups
     parts = 2 if promote else 1
     s = None
@@ -452,7 +492,7 @@ def _qk_fp8(q_groups, k_blk, groups: int, acc_bits: int, promote: bool = False, 
         part = None
         for h in range(parts):
             lo, hi = g * w + h * w // parts, g * w + (h + 1) * w // parts
-            piece = gmma_fp8(q8[..., lo:hi], k_blk[..., lo:hi, :], None, acc_bits)
+            piece = _gmma_terms(terms, k_blk, acc_bits, lo, hi)
             part = piece if part is None else part + piece
         part = part * col_scale[..., g * w : g * w + 1]
         s = part if s is None else s + part
@@ -495,12 +535,16 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         offset = m_safe - design.p_offset
         arg = (s.double() * scale_log2.double() - offset.double()).float().masked_fill(~visible, -math.inf)
         p = torch.exp2(arg)
-        p_op = _round_p(p, design, mma16_dtype)
+        p_terms = _p_terms(p, design, mma16_dtype)
+        p_op = p_terms[0] if len(p_terms) == 1 else p_terms[0] + p_terms[1]
         row_sum = row_sum * alpha + (p_op if design.sum_rounded_p else p).sum(dim=-1, keepdim=True)
-        if acc_bits is not None and not design.pv_promote:
-            o = _mma(p_op, v_op[:, j0c:j1], o * alpha, acc_bits)
-        else:
-            o = o * alpha + _mma(p_op, v_op[:, j0c:j1], None, acc_bits)
+        if acc_bits is None:
+            o = o * alpha + _mma(p_op, v_op[:, j0c:j1], None, None)
+        else:  # each P term's QGMMAs in turn into the block accumulator (or into O itself)
+            acc = None if design.pv_promote else o * alpha
+            for term in p_terms:
+                acc = _mma(term, v_op[:, j0c:j1], acc, acc_bits)
+            o = o * alpha + acc if design.pv_promote else acc
         m = m_new
     return _finish(o, row_sum, m, v_scale, design)
 
@@ -636,14 +680,15 @@ def emulate_attention(
     design: Union[str, Design] = "fa512_fp8",
     block_n: Optional[int] = None,
     two_term_q: Optional[bool] = None,
+    two_term_p: Optional[bool] = None,
     acc_bits: Optional[int] = None,
     num_splits: int = 1,
     out_dtype: Optional[torch.dtype] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Emulate a kernel design with `fa512.attention`'s arguments.
 
-    ``design`` is a name in `DESIGN_NAMES` or a `Design`; ``block_n``, ``two_term_q`` and
-    ``acc_bits``, when given, override the design's fields. Returns (out in q's dtype unless
+    ``design`` is a name in `DESIGN_NAMES` or a `Design`; ``block_n``, ``two_term_q``,
+    ``two_term_p`` and ``acc_bits``, when given, override the design's fields. Returns (out in q's dtype unless
     ``out_dtype``, lse (Hq, total_q) float32), like the kernel would.
 
     Examples
@@ -659,6 +704,8 @@ def emulate_attention(
         changes["block_n"] = block_n
     if two_term_q is not None:
         changes["two_term_q"] = two_term_q
+    if two_term_p is not None:
+        changes["two_term_p"] = two_term_p
     if acc_bits is not None:
         changes["acc_bits"] = acc_bits
     if changes:
@@ -674,6 +721,8 @@ def emulate_attention(
 
 __all__ = [
     "DESIGN_NAMES",
+    "accurate_design",
+    "split_e4m3",
     "Design",
     "E4M3_MAX",
     "P_OFFSET_LOG2",

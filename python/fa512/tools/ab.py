@@ -5,8 +5,10 @@ float64 reference (fed the same fp8 K/V and descales) is compared with:
 
 - the numeric emulations (`fa512.numerics.emulation`), always, CPU or GPU: ``emu:dequant`` (the
   dequant control, mma16 on fp8 KV), ``emu:fa512_fp8`` (fp8_mma's design), ``emu:fa512_fp8+2q``
-  (its two-term-Q accuracy mode), ``emu:anchor_fp8`` (the vLLM fork's FP8 design) and, on the
-  logit-scale sweep, ``emu:fa512_fp8[exactQ]`` (P rounding alone);
+  (two-term Q alone), ``emu:fa512_fp8_accurate`` (the accurate mode: two-term Q and two-term P),
+  ``emu:anchor_fp8`` (the vLLM fork's FP8 design) and, on the logit-scale sweep,
+  ``emu:fa512_fp8[exactQ]`` (P rounding alone) and, where the H200 accumulation model runs, the
+  anchor on FP8 wgmma's 13-bit accumulation (``@h200``) and, on a GPU, the accurate mode on it;
 - ``cast:<q dtype>``: the reference rounded to q's dtype, the floor any kernel writing a
   bf16 output sits on;
 - on a CUDA machine, every kernel variant whose plan succeeds: fp8_mma, mma16 on fp8 KV (the
@@ -36,10 +38,13 @@ from typing import Optional
 
 import torch
 
-EMU_ENTRIES = ("emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8")
+ACCURATE_ENTRY = "emu:fa512_fp8_accurate"  # fp8_mma's accurate mode (two-term Q and P), exact accumulation
+EMU_ENTRIES = ("emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", ACCURATE_ENTRY, "emu:anchor_fp8")
 EXACT_Q_ENTRY = "emu:fa512_fp8[exactQ]"
 # the anchor design on the same tensor cores (`fa512.numerics.emulation.anchor_on_h200_design`)
 ANCHOR_HW_ENTRY = "emu:anchor_fp8@h200"
+# the accurate mode with the H200's FP8 wgmma accumulation, both terms of each product into one accumulator
+ACCURATE_HW_ENTRY = "emu:fa512_fp8_accurate@h200"
 # (label, kernel name, kv dtype name, matching emulation entry or None)
 KERNEL_VARIANTS = (
     ("fp8_mma", "fp8_mma", "fp8", "emu:fa512_fp8"),
@@ -190,21 +195,24 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor, rows: int) -> float:
 # -- running one case ----------------------------------------------------------------------
 
 
-def _emulation_designs(sweep: str, hw_emulation: bool = True):
+def _emulation_designs(sweep: str, hw_emulation: bool = True, on_gpu: bool = False):
     import dataclasses
 
-    from ..numerics.emulation import anchor_on_h200_design, make_design
+    from ..numerics.emulation import GMMA_FP8_BITS, accurate_design, anchor_on_h200_design, make_design
 
     designs = {
         "emu:dequant": make_design("dequant"),
         "emu:fa512_fp8": make_design("fa512_fp8"),
         "emu:fa512_fp8+2q": make_design("fa512_fp8", two_term_q=True),
+        ACCURATE_ENTRY: accurate_design(),
         "emu:anchor_fp8": make_design("anchor_fp8"),
     }
     if sweep == "scale":
         designs[EXACT_Q_ENTRY] = dataclasses.replace(make_design("fa512_fp8"), q_mode="exact")
         if hw_emulation:
             designs[ANCHOR_HW_ENTRY] = anchor_on_h200_design()
+            if on_gpu:  # two sequential 13-bit models per case are minutes on a small CPU
+                designs[ACCURATE_HW_ENTRY] = accurate_design(acc_bits=GMMA_FP8_BITS)
     return designs
 
 
@@ -263,7 +271,7 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
     add(f"cast:{case.params['q_dtype']}", "floor", cast, ref_lse, 0.0)
 
     emu_outs = {}
-    for entry, design in _emulation_designs(spec.sweep, spec.hw_emulation).items():
+    for entry, design in _emulation_designs(spec.sweep, spec.hw_emulation, device.type == "cuda").items():
         t0 = time.perf_counter()
         # fp32 out = the design's own numerics; the kernel would then cast it to q's dtype.
         out32, lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=design, out_dtype=torch.float32)
@@ -400,7 +408,8 @@ def summarize_masks(rows: list) -> list:
 
 
 _PLOT_ORDER = (
-    "cast:bf16", "emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", "emu:anchor_fp8", EXACT_Q_ENTRY, ANCHOR_HW_ENTRY,
+    "cast:bf16", "emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", ACCURATE_ENTRY, "emu:anchor_fp8", EXACT_Q_ENTRY,
+    ANCHOR_HW_ENTRY, ACCURATE_HW_ENTRY,
     *(v[0] for v in KERNEL_VARIANTS), "cast:fp16",
 )
 
