@@ -135,8 +135,8 @@ def _latency(batch: int, q_len: int, keys: int, hq: int, hkv: int, **kw) -> Late
     return LatencyCase(Point("latency", batch, q_len, keys, causal=True), hq, hkv, **kw)
 
 
-# Decode of Gemma-4 31B's heads (32/4) and the 8/1 heads of its MTP drafter shape; MTP = 4 query
-# tokens per sequence verified in one causal call.
+# Issue 22's cases, with Gemma-4 31B's heads (32/4) or E2B's (8/1); MTP = 4 query tokens per
+# sequence (the drafted ones) verified in one causal call.
 LATENCY_CASES = (
     _latency(1, 1, 8192, 32, 4, variants=("fp8_mma", "mma16[bf16kv]", "triton[fp8kv]"), quick=True),
     _latency(1, 4, 28672, 8, 1, quick=True),
