@@ -273,11 +273,11 @@ def test_bench_refuses_on_cpu(tmp_path, capsys):
     assert not os.listdir(tmp_path)
 
 
-def test_bench_dry_run_lists_the_grid(capsys):
-    assert bench.main(parse(bench, ["--dry-run"])) == 0
+def test_bench_list_shows_the_grid(capsys):
+    assert bench.main(parse(bench, ["--list"])) == 0
     text = capsys.readouterr().out
     assert "decode B=128 k=128k" in text and "prefill 32k local" in text and "chunked B=4 k=8k q=512" in text
-    assert bench.main(parse(bench, ["--dry-run", "--kernels", "nope"])) == 2
+    assert bench.main(parse(bench, ["--list", "--kernels", "nope"])) == 2
 
 
 def test_bench_grid_matches_the_issue():
@@ -482,3 +482,26 @@ def test_bench_quick_on_gpu(tmp_path):
             assert r["ceiling_tflops"] > 50
             assert abs(r["eager_frac_bandwidth"] * r["copy_gbs"] - r["eager_gbs"]) < 1e-6 * r["eager_gbs"]
     assert os.path.exists(report["plots"][0])
+
+
+@pytest.mark.gpu
+def test_bench_latency_on_gpu(tmp_path):
+    from fa512.tools.bench_grid import VARIANTS, latency_cases
+
+    rc = bench.main(parse(bench, ["--quick", "--modes", "latency", "--no-first-call", "--out", str(tmp_path)]))
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert rc == 0 and report["rows"] == []
+    rows = report["latency"]
+    assert {(r["case"], r["variant"]) for r in rows} == {(c.name, v) for c in latency_cases(quick=True) for v in c.variants}
+    kernel_of = {v[0]: v[1] for v in VARIANTS}
+    for r in rows:
+        assert r["status"] == "ok" or r["status"].startswith("not available"), r
+        if r["status"] != "ok":
+            continue
+        assert r["ran"] == r["kernel"] == kernel_of[r["variant"]]  # the op really ran the kernel named
+        for key in ("us", "min_us", "copy_us", "pct_copy", "gbs"):
+            assert r[key] is not None and math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert r["pct_copy"] == pytest.approx(100 * r["copy_us"] / r["us"])
+        assert r["num_splits"] >= 1 and r["ctas"] >= r["num_splits"]
+        assert r["n_sets"] * r["bytes"] >= 2 * r["l2_bytes"] >= 120e6  # L2 cold
+    assert any(r["variant"] == "fp8_mma" and r["status"] == "ok" for r in rows)

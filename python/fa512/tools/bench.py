@@ -10,22 +10,32 @@ Order of work:
    moment is another machine. Kernels and ceilings get the same budget (`rep_budget`: 0.1 s
    of warm-up, then the median of 0.2 s (``--quick``) or 0.4 s of calls).
 2. Each kernel variant that can serve a point (fp8_mma; mma16 on fp8 and on bf16 KV; triton on
-   both), on the grid: prefill 2k/8k/32k causal and local (window 1024), chunked prefill, decode
-   B in {1, 4, 16, 64, 128} x seqused_k in {2k, 8k, 32k, 128k}; Gemma-4 31B heads by default.
-   Eager calls and CUDA-graph replay, each the median of many reps after warm-up, timed with CUDA
-   events, over several fresh random input sets used in turn so that the L2 cache (50 MB) cannot
-   hold the working set of small decode points. Points whose inputs do not fit in free memory
-   are skipped (bytes are estimated before anything is allocated).
-3. Host launch overhead per op call (enqueue time of back-to-back calls) and first-call latency
+   both), on the grid (`fa512.tools.bench_grid`): prefill 2k/8k/32k causal and local (window
+   1024), chunked prefill, decode B in {1, 4, 16, 64, 128} x seqused_k in {2k, 8k, 32k, 128k};
+   Gemma-4 31B heads by default. Eager calls and CUDA-graph replay, each the median of many reps
+   after warm-up, timed with CUDA events, over several fresh random input sets used in turn so
+   that the device's L2 cache cannot hold the working set of small decode points. Points whose
+   inputs do not fit in free memory are skipped (bytes are estimated before anything is
+   allocated).
+3. The latency cases (mode ``latency``, issue 22): decode B=1 x 8k (32/4 heads; fp8_mma,
+   mma16 on bf16 KV, triton), MTP (4 causal queries a sequence) B=1 and B=32 x 28k (8/1),
+   decode B=8 x 8k (8/1) and the seqused_k=64 floor (32/4), fp8 KV paged by 64 with descales.
+   Each is timed as one CUDA graph holding one call per input set (`GraphTimer`), with enough
+   sets that they cover 2 x 60 MiB of L2 (`bench_grid.latency_sets`: 384 for the floor), and
+   reported in us per call next to the L2-cold copy of the same bytes (read + write) timed right
+   before and after, with %copy = copy time / kernel time, the kernel that ran, its split count
+   and the CTAs it launched (`bench_grid.plan_ctas`).
+4. Host launch overhead per op call (enqueue time of back-to-back calls) and first-call latency
    in a fresh process with a cold and then a warm compile cache (``FA512_CACHE_DIR``).
 
 Work counted: FLOPs = 4 * 512 * Hq * (visible query-key pairs) (QK and PV, causal/local masks
 counted exactly); bytes = Q + K/V of every key some query can see (in the cache dtype) + O,
 each once. Fractions: TFLOP/s over the GEMM ceiling of the kernel's MMA type (fp8 for fp8_mma,
 bf16 otherwise), GB/s over the copy bandwidth, and ``roof``: achieved FLOP/s over the roofline
-min(GEMM ceiling, intensity x copy bandwidth), naming the bound. Writes bench.json and
-bench_roofline.png into ``--out``. On a machine without a CUDA GPU it refuses (exit code 2);
-``--dry-run`` lists the grid with its work counts and memory estimates anywhere.
+min(GEMM ceiling, intensity x copy bandwidth), naming the bound. Writes bench.json (grid rows
+under "rows", latency rows under "latency") and bench_roofline.png into ``--out``. On a machine
+without a CUDA GPU it refuses (exit code 2); ``--list`` (old name ``--dry-run``) prints the
+grid and the latency cases with their work counts and memory estimates anywhere.
 """
 
 from __future__ import annotations
@@ -38,136 +48,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from .ab import kernel_refusal
-
-HEAD_DIM = 512
-GEMM_N = 8192
-LOCAL_WINDOW_LEFT = 1023  # Gemma's sliding window of 1024 keys, including the query's own
-DECODE_BATCHES = (1, 4, 16, 64, 128)
-DECODE_CONTEXTS = (2048, 8192, 32768, 131072)
-PREFILL_LENGTHS = (2048, 8192, 32768)
-CHUNKED = ((1, 8192, 2048), (1, 32768, 2048), (4, 8192, 512))  # (batch, context, chunk)
-# (label, kernel, kv dtype)
-VARIANTS = (
-    ("fp8_mma", "fp8_mma", "fp8"),
-    ("mma16[fp8kv]", "mma16", "fp8"),
-    ("mma16[bf16kv]", "mma16", "bf16"),
-    ("triton[fp8kv]", "triton", "fp8"),
-    ("triton[bf16kv]", "triton", "bf16"),
+from .bench_grid import (  # noqa: F401 - keys_read, visible_pairs: re-exported for callers of this module
+    CTA_NOTE,
+    KV_DTYPES,
+    LATENCY_L2_BYTES,
+    LATENCY_PAGE_SIZE,
+    MEMORY_FRACTION,
+    MODES,
+    VARIANTS,
+    LatencyCase,
+    Point,
+    bench_grid,
+    format_list,
+    input_set_bytes,
+    keys_read,
+    latency_cases,
+    latency_sets,
+    plan_ctas,
+    rotation_sets,
+    visible_pairs,
+    work,
 )
-KV_DTYPES = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
-MAX_SETS = 32  # input sets rotated per point
-ROTATE_FACTOR = 4  # rotated inputs should cover this many L2 caches
-MEMORY_FRACTION = 0.8  # of free memory that inputs may take
 
-
-@dataclass(frozen=True)
-class Point:
-    """One grid point: per-sequence query/key lengths and the mask."""
-
-    mode: str  # "prefill" | "chunked" | "decode"
-    batch: int
-    q_len: int
-    seqlen_k: int
-    causal: bool = True
-    window_left: int = -1
-
-    @property
-    def name(self) -> str:
-        k = _k(self.seqlen_k)
-        mask = "local" if self.window_left >= 0 else ("causal" if self.causal else "full")
-        if self.mode == "prefill":
-            return f"prefill {k} {mask}"
-        if self.mode == "chunked":
-            return f"chunked B={self.batch} k={k} q={_k(self.q_len)} {mask}"
-        return f"decode B={self.batch} k={k}"
-
-
-def _k(n: int) -> str:
-    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
-
-
-def bench_grid(quick: bool = False) -> list:
-    """The grid of issue 6; ``quick`` keeps a handful of representative points."""
-    if quick:
-        return [
-            Point("prefill", 1, 8192, 8192),
-            Point("prefill", 1, 8192, 8192, window_left=LOCAL_WINDOW_LEFT),
-            Point("chunked", 1, 2048, 8192),
-            Point("decode", 1, 1, 8192),
-            Point("decode", 4, 1, 32768),
-            Point("decode", 64, 1, 8192),
-        ]
-    points = []
-    for n in PREFILL_LENGTHS:
-        points.append(Point("prefill", 1, n, n))
-        points.append(Point("prefill", 1, n, n, window_left=LOCAL_WINDOW_LEFT))
-    for batch, ctx, chunk in CHUNKED:
-        points.append(Point("chunked", batch, chunk, ctx))
-    for batch in DECODE_BATCHES:
-        for ctx in DECODE_CONTEXTS:
-            points.append(Point("decode", batch, 1, ctx))
-    return points
-
-
-# -- work and memory model -----------------------------------------------------------------
-
-
-def visible_pairs(q_len: int, k_len: int, causal: bool, window_left: int = -1, window_right: int = -1) -> int:
-    """Visible (query, key) pairs of one sequence, bottom-right aligned (the op's mask rule)."""
-    if q_len <= 0 or k_len <= 0:
-        return 0
-    wr = 0 if causal else window_right
-    pos = torch.arange(k_len - q_len, k_len, dtype=torch.int64)
-    lo = (pos - window_left).clamp_min(0) if window_left >= 0 else torch.zeros_like(pos)
-    hi = (pos + wr).clamp_max(k_len - 1) if wr >= 0 else torch.full_like(pos, k_len - 1)
-    return int((hi - lo + 1).clamp_min(0).sum())
-
-
-def keys_read(q_len: int, k_len: int, causal: bool, window_left: int = -1, window_right: int = -1) -> int:
-    """Keys of one sequence that at least one query can see (what a kernel must read once)."""
-    if q_len <= 0 or k_len <= 0:
-        return 0
-    wr = 0 if causal else window_right
-    first_pos, last_pos = k_len - q_len, k_len - 1
-    lo = max(0, first_pos - window_left) if window_left >= 0 else 0
-    hi = min(k_len - 1, last_pos + wr) if wr >= 0 else k_len - 1
-    return max(0, hi - lo + 1)
-
-
-def work(point: Point, hq: int, hkv: int, kv_bytes: int, q_bytes: int = 2) -> dict:
-    """FLOPs and bytes of one call: FLOPs 4*D*Hq per visible pair; bytes Q + K/V read + O."""
-    pairs = point.batch * visible_pairs(point.q_len, point.seqlen_k, point.causal, point.window_left)
-    keys = point.batch * keys_read(point.q_len, point.seqlen_k, point.causal, point.window_left)
-    total_q = point.batch * point.q_len
-    flops = 4 * HEAD_DIM * hq * pairs
-    qo_bytes = 2 * total_q * hq * HEAD_DIM * q_bytes
-    kv = 2 * keys * hkv * HEAD_DIM * kv_bytes
-    return {"flops": flops, "bytes": qo_bytes + kv, "pairs": pairs, "intensity": flops / max(1, qo_bytes + kv)}
-
-
-def input_set_bytes(point: Point, hq: int, hkv: int, kv_bytes: int, page_size: int = 64, max_splits: int = 32) -> int:
-    """Device bytes of one input set: paged K/V, q, out, lse, metadata and a split workspace bound."""
-    pages = point.batch * -(-point.seqlen_k // page_size)
-    kv = 2 * pages * page_size * hkv * HEAD_DIM * kv_bytes
-    total_q = point.batch * point.q_len
-    q_out = 2 * total_q * hq * HEAD_DIM * 2
-    lse = total_q * hq * 4
-    # Split-KV partials (fp32 O + lse per split) only pay off for few query rows; bound them there.
-    workspace = max_splits * total_q * hq * (HEAD_DIM + 1) * 4 if total_q <= 4096 else 0
-    return kv + q_out + lse + workspace + pages * 4 + 64 * point.batch
-
-
-def rotation_sets(set_bytes: int, l2_bytes: int, free_bytes: int) -> int:
-    """How many input sets to rotate: enough to cover ROTATE_FACTOR L2 caches, within memory."""
-    n = max(1, min(MAX_SETS, -(-ROTATE_FACTOR * l2_bytes // max(1, set_bytes))))
-    while n > 1 and n * set_bytes > MEMORY_FRACTION * free_bytes:
-        n -= 1
-    return n
+GEMM_N = 8192
+MIN_GRAPH_CALLS = 16  # calls per latency graph at least: one replay's launch cost spread over them
 
 
 def roofline(flops: float, nbytes: float, seconds: float, peak_flops: float, bandwidth: float) -> dict:
@@ -230,15 +139,22 @@ def rep_budget(quick: bool) -> dict:
 
 def capture_graph(fn):
     """A CUDA graph of one call of ``fn`` (warmed up on a side stream first, as torch requires)."""
+    return capture_sequence([fn], warmups=2)
+
+
+def capture_sequence(fns, warmups: int = 1):
+    """A CUDA graph calling each of ``fns`` once, in order (each warmed up on a side stream first)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
+        for _ in range(warmups):
+            for fn in fns:
+                fn()
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for fn in fns:
+            fn()
     return graph
 
 
@@ -389,6 +305,93 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
     return row
 
 
+# -- latency cases (CUDA) ------------------------------------------------------------------
+
+
+class GraphTimer:
+    """Per-call time of a list of calls replayed as one CUDA graph: each call once per replay, in
+    order, the list repeated to at least MIN_GRAPH_CALLS calls. One graph launch and the CUDA
+    events around it are spread over many calls, so a kernel shorter than the host's cost of
+    launching a graph is not timed at that cost; the gaps between kernels inside the graph
+    (what a decode step's graph pays too) are counted."""
+
+    def __init__(self, fns: list, reps: dict):
+        seq = list(fns) * -(-MIN_GRAPH_CALLS // len(fns))
+        self.graph, self.calls, self.reps = capture_sequence(seq), len(seq), reps
+
+    def time(self) -> dict:
+        t = time_calls([self.graph.replay], **self.reps)
+        return {"us": 1e3 * t["ms"] / self.calls, "min_us": 1e3 * t["min_ms"] / self.calls, "replays": t["reps"]}
+
+
+def copy_timer(nbytes: int, n_sets: int, device, reps: dict) -> GraphTimer:
+    """Device copies moving ``nbytes`` in all (nbytes / 2 read + nbytes / 2 written) each, over
+    ``n_sets`` buffer pairs in turn: the L2-cold copy of the same bytes as a latency case."""
+    half = max(1, nbytes // 2)
+    pairs = [(torch.empty(half, dtype=torch.uint8, device=device), torch.empty(half, dtype=torch.uint8, device=device))
+             for _ in range(n_sets)]
+    return GraphTimer([(lambda s=s, d=d: d.copy_(s)) for s, d in pairs], reps)
+
+
+def bench_latency(case: LatencyCase, variant: tuple, device, reps: dict, l2_bytes: int, seed: int) -> dict:
+    """One latency row: us per call by graph replay with the L2 cold, the copy of the same bytes
+    timed right before and after (their mean), %copy = copy time / kernel time, the kernel that
+    ran, its split count and CTAs."""
+    import gc
+
+    import fa512
+    from ..launch.run import last_launch
+
+    label, kernel, kv = variant
+    kv_bytes = KV_DTYPES[kv].itemsize
+    w = work(case.point, case.hq, case.hkv, kv_bytes)
+    row = {"case": case.name, **asdict(case.point), "hq": case.hq, "hkv": case.hkv, "variant": label,
+           "kernel": kernel, "kv": kv, "bytes": w["bytes"], "flops": w["flops"]}
+    gc.collect()
+    torch.cuda.empty_cache()  # the previous row's inputs are gone; give their memory back
+    n_sets = latency_sets(w["bytes"], l2_bytes)
+    set_bytes = input_set_bytes(case.point, case.hq, case.hkv, kv_bytes, LATENCY_PAGE_SIZE)
+    free, _ = torch.cuda.mem_get_info(device)
+    need = n_sets * (set_bytes + w["bytes"])  # the input sets and the copy's buffers
+    if need > MEMORY_FRACTION * free:
+        row["status"] = f"skipped: needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
+        return row
+    try:
+        sets = [_make_set(case.point, case.heads, kv, seed + i, device) for i in range(n_sets)]
+        first, first_out = sets[0]
+        why = kernel_refusal(first, kernel)
+        if why is not None:
+            row["status"] = f"not available: {why}"
+            return row
+        ctas, ctas_from = plan_ctas(fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel))
+        last_launch.clear()
+        fa512.attention(first.q, first.k, first.v, **first.kwargs(), out=first_out, kernel=kernel)
+        torch.cuda.synchronize()
+        ran = dict(last_launch)
+        row.update(ran=ran.get("kernel"), num_splits=ran.get("num_splits"), ctas=ctas, ctas_from=ctas_from,
+                   n_sets=n_sets, rotated_bytes=n_sets * w["bytes"], set_bytes=set_bytes, l2_bytes=l2_bytes)
+        if row["ran"] != kernel:  # an explicit kernel never falls back; say so if it did
+            row["status"] = f"error: asked for {kernel}, {row['ran']} ran"
+            return row
+        calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel)) for c, o in sets]
+        copy = copy_timer(w["bytes"], n_sets, device, reps)
+        kernel_graph = GraphTimer(calls, reps)
+        before = copy.time()
+        t = kernel_graph.time()
+        after = copy.time()
+    except torch.cuda.OutOfMemoryError as exc:
+        row["status"] = f"skipped: out of memory ({str(exc).splitlines()[0][:80]})"
+        return row
+    except Exception as exc:  # a failing kernel is reported in the table; the cases go on
+        row["status"] = f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+        return row
+    copy_us = (before["us"] + after["us"]) / 2
+    row.update(status="ok", us=t["us"], min_us=t["min_us"], replays=t["replays"], calls_per_graph=kernel_graph.calls,
+               copy_us=copy_us, copy_us_around=[before["us"], after["us"]], pct_copy=100 * copy_us / t["us"],
+               gbs=w["bytes"] / (t["us"] * 1e-6) / 1e9)
+    return row
+
+
 def host_overhead(variant: tuple, heads: str, device, n: int = 200) -> dict:
     """Host time per op call: back-to-back calls enqueued without a sync, decode B=1 k=2048."""
     import fa512
@@ -487,6 +490,28 @@ def format_table(rows: list, ceilings: dict, header: str) -> str:
     return "\n".join(lines)
 
 
+def format_latency(rows: list) -> str:
+    """The latency section: one line per (case, variant)."""
+    lines = [
+        "latency: us per call by CUDA-graph replay with the L2 cold (input sets rotated, `sets`), next to the "
+        "device copy of the same bytes (read + write, L2 cold too) timed right before and after; "
+        "%copy = copy time / kernel time",
+        f"{'case':28s} {'variant':14s} {'ran':9s} {'splits':>6s} {'CTAs':>5s} {'bytes':>10s} {'sets':>5s} "
+        f"{'us/call':>8s} {'copy us':>8s} {'%copy':>6s}",
+    ]
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append(f"{r['case']:28s} {r['variant']:14s} {r.get('status', '')}")
+            continue
+        lines.append(
+            f"{r['case']:28s} {r['variant']:14s} {r['ran']:9s} {str(r.get('num_splits')):>6s} {r['ctas']:>5} {r['bytes']:10d} "
+            f"{r['n_sets']:>5} {r['us']:8.2f} {r['copy_us']:8.2f} {r['pct_copy']:6.1f}"
+        )
+    if any(r.get("ctas_from", "plan.ctas") != "plan.ctas" for r in rows if r.get("status") == "ok"):
+        lines.append(CTA_NOTE)
+    return "\n".join(lines)
+
+
 def make_plot(rows: list, ceilings: dict, path: str) -> str:
     """Roofline-style PNG: achieved TFLOP/s vs arithmetic intensity with the measured roofs."""
     import matplotlib
@@ -531,10 +556,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="JSON file to write (default OUT/bench.json)")
     parser.add_argument("--heads", default="31B", help="Gemma-4 heads: 31B, 26B-A4B, E2B or Hq/Hkv (default 31B)")
     parser.add_argument("--kernels", default=",".join(v[0] for v in VARIANTS), help="comma list of variants (default all)")
-    parser.add_argument("--modes", default="prefill,chunked,decode", help="comma list of grid modes (default all)")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma list of grid modes from {', '.join(MODES)} (default all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call latency runs")
-    parser.add_argument("--dry-run", action="store_true", help="list the grid, work counts and memory estimates; measure nothing")
+    parser.add_argument("--list", "--dry-run", dest="list", action="store_true",
+                        help="print the grid and the latency cases with work counts and memory estimates, measure nothing "
+                             "(any machine; --dry-run is the old name)")
     parser.add_argument("--first-call", default=None, help=argparse.SUPPRESS)
 
 
@@ -548,21 +575,18 @@ def _selected(args) -> tuple:
     if bad:
         raise ValueError(f"fa512 bench: --kernels: got {bad}, expected names from {', '.join(known)}")
     modes = [m for m in args.modes.split(",") if m]
-    if any(m not in ("prefill", "chunked", "decode") for m in modes):
-        raise ValueError(f"fa512 bench: --modes: got {modes}, expected prefill, chunked, decode")
+    if any(m not in MODES for m in modes):
+        raise ValueError(f"fa512 bench: --modes: got {modes}, expected names from {', '.join(MODES)}")
+    variants = [v for v in VARIANTS if v[0] in wanted]
     points = [p for p in bench_grid(args.quick) if p.mode in modes]
-    return hq, hkv, [v for v in VARIANTS if v[0] in wanted], points
+    cases = latency_cases(args.quick) if "latency" in modes else []
+    return hq, hkv, variants, points, cases
 
 
-def dry_run(args) -> int:
-    hq, hkv, variants, points = _selected(args)
-    print(f"fa512 bench --dry-run: {len(points)} points x {len(variants)} variants, heads {args.heads} (Hq={hq}, Hkv={hkv})")
-    print(f"{'point':30s} {'kv':5s} {'GFLOP':>10s} {'MB moved':>10s} {'FLOP/B':>8s} {'set GiB':>8s}")
-    for p in points:
-        for kv in sorted({v[2] for v in variants}):
-            w = work(p, hq, hkv, KV_DTYPES[kv].itemsize)
-            sb = input_set_bytes(p, hq, hkv, KV_DTYPES[kv].itemsize)
-            print(f"{p.name:30s} {kv:5s} {w['flops'] / 1e9:10.1f} {w['bytes'] / 1e6:10.1f} {w['intensity']:8.1f} {sb / 2**30:8.2f}")
+def list_grid(args) -> int:
+    """``--list``: the grid and the latency cases, with work counts and memory estimates."""
+    hq, hkv, variants, points, cases = _selected(args)
+    print(format_list(points, variants, cases, hq, hkv, args.heads))
     return 0
 
 
@@ -570,9 +594,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.first_call:
             return _first_call_child(args.first_call, args.heads)
-        if args.dry_run:
-            return dry_run(args)
-        hq, hkv, variants, points = _selected(args)
+        if args.list:
+            return list_grid(args)
+        hq, hkv, variants, points, cases = _selected(args)
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -580,7 +604,7 @@ def main(args: argparse.Namespace) -> int:
         print(
             "fa512 bench: refusing to run: it needs a CUDA GPU, and torch.cuda.is_available() is False here "
             f"(torch {torch.__version__}). Nothing was measured.\n"
-            "  Use `python -m fa512 bench --dry-run` to list the grid with its FLOP and byte counts, or "
+            "  Use `python -m fa512 bench --list` to list the grid with its FLOP and byte counts, or "
             "`python -m fa512 ab --quick` for the CPU accuracy checks.",
             file=sys.stderr,
         )
@@ -604,12 +628,22 @@ def main(args: argparse.Namespace) -> int:
         rows.append(bench_point(point, variant, args.heads, device, ceilings, timer, args.seed + 1000 * i))
     del timer
     torch.cuda.empty_cache()
+    # The latency cases rotate against at least the H200's 60 MiB L2 (LATENCY_L2_BYTES), more on a larger one.
+    l2_bytes = max(props.L2_cache_size, LATENCY_L2_BYTES)
+    latency_jobs = [(c, v) for c in cases for v in variants if v[0] in c.variants]
+    latency = [
+        bench_latency(case, variant, device, rep_budget(args.quick), l2_bytes, args.seed + 1000 * (len(jobs) + i))
+        for i, (case, variant) in enumerate(tqdm(latency_jobs, desc="fa512 bench latency", unit="run", disable=None, file=sys.stderr))
+    ]
+    torch.cuda.empty_cache()
     overhead = {v[0]: host_overhead(v, args.heads, device) for v in variants}
     first_call = {} if args.no_first_call else {v[0]: first_call_latency(v, args.heads) for v in variants}
     elapsed = time.perf_counter() - t_start
 
     header = f"== fa512 bench | {gpu} | heads {args.heads} (Hq={hq}, Hkv={hkv}) | torch {torch.__version__}"
     print(format_table(rows, ceilings, header))
+    if latency:
+        print(format_latency(latency))
     print("host launch overhead per op call (decode B=1 k=2k, enqueue only):")
     for label, o in overhead.items():
         print(f"   {label:15s} " + (f"{o['host_us_per_call']:.1f} us" if o else "not available"))
@@ -633,6 +667,7 @@ def main(args: argparse.Namespace) -> int:
         },
         "ceilings": ceilings,
         "rows": rows,
+        "latency": latency,
         "host_overhead": overhead,
         "first_call": first_call,
         "plots": [plot],
@@ -640,8 +675,9 @@ def main(args: argparse.Namespace) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
     with open(json_path, "w") as fh:
         json.dump(json_safe(report), fh, indent=1, default=str)
-    print(f"\nwrote {json_path}\nwrote {plot}\n({len(jobs)} runs, {elapsed:.0f} s)")
+    print(f"\nwrote {json_path}\nwrote {plot}\n({len(jobs) + len(latency_jobs)} runs, {elapsed:.0f} s)")
     failed = [f"{r['variant']} @ {r['point']}" for r in rows if r.get("status", "").startswith("error")]
+    failed += [f"{r['variant']} @ latency {r['case']}" for r in latency if r.get("status", "").startswith("error")]
     if failed:
         print("fa512 bench: runs that raised: " + "; ".join(failed), file=sys.stderr)
         return 1
