@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from fa512.tools import bench, bench_grid
-from fa512.tools.bench_grid import LATENCY_CASES, latency_cases, latency_sets, plan_ctas, work
+from fa512.tools.bench_grid import LATENCY_CASES, latency_cases, latency_sets, work
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 L2_TWICE = 120e6  # the bar: rotated working set >= 2 x 60 MB
@@ -90,17 +90,6 @@ def test_latency_rotation_covers_two_l2_caches(case):
         assert latency_sets(nbytes, 100 << 20) * nbytes >= 200 << 20  # a larger L2 rotates more
 
 
-def test_plan_ctas():
-    problem = SimpleNamespace(max_seqlen_q=4, num_q_heads=8, num_kv_heads=1, group_size=8, batch=32)
-    sm90 = SimpleNamespace(problem=problem, num_splits=4, config=SimpleNamespace(block_m=64, qhead_per_kvhead=8))
-    ctas, source = plan_ctas(sm90)
-    assert ctas == 1 * 1 * 4 * 32 and source.startswith("grid ceil(4*8/64)")
-    # a Triton-like config: no packing field (pack = G), 16-row M tiles -> 2 m blocks
-    triton = SimpleNamespace(problem=problem, num_splits=2, config=SimpleNamespace(block_m=16))
-    assert plan_ctas(triton)[0] == 2 * 1 * 2 * 32
-    assert plan_ctas(SimpleNamespace(ctas=77, problem=problem, num_splits=1, config=None)) == (77, "plan.ctas")
-
-
 def test_meta_plan_for_an_h200():
     import fa512
 
@@ -110,7 +99,7 @@ def test_meta_plan_for_an_h200():
     except fa512.KernelUnavailableError as exc:
         pytest.skip(f"fp8_mma does not plan here: {exc}")
     assert plan.kernel == "fp8_mma" and plan.num_splits >= 1
-    assert plan_ctas(plan)[0] == 1 * 4 * plan.num_splits * 1  # 8 packed rows: one M tile per kv head
+    assert plan.ctas == 1 * 4 * plan.num_splits * 1  # 8 packed rows: one M tile per kv head
 
 
 def _row(text, case, label):
@@ -150,8 +139,8 @@ def test_bench_list_modes_quick_and_the_dry_run_alias(capsys):
 
 def test_latency_table_formatting():
     ok = {"case": "decode B=1 k=8k 32/4", "variant": "fp8_mma", "status": "ok", "ran": "fp8_mma", "num_splits": 32,
-          "ctas": 128, "ctas_from": "grid ceil(1*8/64) x 4 x 32 x 1", "bytes": 33619968, "n_sets": 4, "us": 12.5,
+          "ctas": 128, "bytes": 33619968, "n_sets": 4, "us": 12.5,
           "copy_us": 10.0, "pct_copy": 80.0}
     skipped = {"case": "decode B=1 k=8k 32/4", "variant": "triton[fp8kv]", "status": "not available: no triton"}
     text = bench.format_latency([ok, skipped])
-    assert "12.50" in text and "80.0" in text and "not available: no triton" in text and "CTAs:" in text
+    assert "12.50" in text and "80.0" in text and "not available: no triton" in text

@@ -24,7 +24,7 @@ Order of work:
    sets that they cover 2 x 60 MiB of L2 (`bench_grid.latency_sets`: 384 for the floor), and
    reported in us per call next to the L2-cold copy of the same bytes (read + write) timed right
    before and after, with %copy = copy time / kernel time, the kernel that ran, its split count
-   and the CTAs it launched (`bench_grid.plan_ctas`).
+   and the CTAs its forward launched (`fa512.Plan.ctas`).
 4. Host launch overhead per op call (enqueue time of back-to-back calls) and first-call latency
    in a fresh process with a cold and then a warm compile cache (``FA512_CACHE_DIR``).
 
@@ -54,7 +54,6 @@ import torch
 
 from .ab import kernel_refusal
 from .bench_grid import (  # noqa: F401 - keys_read, visible_pairs: re-exported for callers of this module
-    CTA_NOTE,
     KV_DTYPES,
     LATENCY_L2_BYTES,
     LATENCY_PAGE_SIZE,
@@ -69,7 +68,6 @@ from .bench_grid import (  # noqa: F401 - keys_read, visible_pairs: re-exported 
     keys_read,
     latency_cases,
     latency_sets,
-    plan_ctas,
     rotation_sets,
     visible_pairs,
     work,
@@ -363,12 +361,12 @@ def bench_latency(case: LatencyCase, variant: tuple, device, reps: dict, l2_byte
         if why is not None:
             row["status"] = f"not available: {why}"
             return row
-        ctas, ctas_from = plan_ctas(fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel))
+        ctas = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel).ctas
         last_launch.clear()
         fa512.attention(first.q, first.k, first.v, **first.kwargs(), out=first_out, kernel=kernel)
         torch.cuda.synchronize()
         ran = dict(last_launch)
-        row.update(ran=ran.get("kernel"), num_splits=ran.get("num_splits"), ctas=ctas, ctas_from=ctas_from,
+        row.update(ran=ran.get("kernel"), num_splits=ran.get("num_splits"), ctas=ctas,
                    n_sets=n_sets, rotated_bytes=n_sets * w["bytes"], set_bytes=set_bytes, l2_bytes=l2_bytes)
         if row["ran"] != kernel:  # an explicit kernel never falls back; say so if it did
             row["status"] = f"error: asked for {kernel}, {row['ran']} ran"
@@ -507,8 +505,6 @@ def format_latency(rows: list) -> str:
             f"{r['case']:28s} {r['variant']:14s} {r['ran']:9s} {str(r.get('num_splits')):>6s} {r['ctas']:>5} {r['bytes']:10d} "
             f"{r['n_sets']:>5} {r['us']:8.2f} {r['copy_us']:8.2f} {r['pct_copy']:6.1f}"
         )
-    if any(r.get("ctas_from", "plan.ctas") != "plan.ctas" for r in rows if r.get("status") == "ok"):
-        lines.append(CTA_NOTE)
     return "\n".join(lines)
 
 

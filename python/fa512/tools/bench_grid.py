@@ -48,11 +48,6 @@ LATENCY_L2_BYTES = 60 * 2**20
 LATENCY_L2_FACTOR = 2
 LATENCY_PAGE_SIZE = 64
 PLAN_TARGET = "sm_90:132"  # what `--list` plans the latency cases for (an H200)
-CTA_NOTE = (
-    "CTAs: the attention kernel's grid, plan.ctas where the plan has it, else computed as "
-    "ceil(max_seqlen_q * pack / block_m) x (Hq / pack) x splits x B (pack = query heads per M tile, "
-    "G = Hq/Hkv here); the combine kernel of a split call is not counted"
-)
 
 
 @dataclass(frozen=True)
@@ -155,26 +150,6 @@ def latency_sets(working_bytes: int, l2_bytes: int = LATENCY_L2_BYTES) -> int:
     """Input sets a latency case rotates: the fewest whose working sets (the bytes each call
     moves, `work`) cover ``LATENCY_L2_FACTOR`` L2 caches, so no call finds its inputs in L2."""
     return max(1, -(-LATENCY_L2_FACTOR * l2_bytes // max(1, working_bytes)))
-
-
-def plan_ctas(plan) -> tuple:
-    """(CTAs the attention kernel launches, where the number comes from) for a `fa512.Plan`.
-
-    ``plan.ctas`` when the plan has it; else the grid of the SM90 and Triton kernels, (M blocks
-    of packed (query, head-in-group) rows, tile heads x splits, sequences) =
-    ceil(max_seqlen_q * pack / block_m) x (Hq / pack) x splits x B, where pack is the query heads
-    packed in one M tile (G = Hq / Hkv for Gemma-4's G = 8; `cute_kernels.tile_scheduler`,
-    `fa512.backends.triton_fwd`). A split call also launches the combine kernel, not counted.
-    """
-    if hasattr(plan, "ctas"):
-        return int(plan.ctas), "plan.ctas"
-    p = plan.problem
-    pack = getattr(plan.config, "qhead_per_kvhead", p.group_size)
-    block_m = getattr(plan.config, "block_m", 64)
-    m_blocks = max(1, -(-p.max_seqlen_q * pack // block_m))
-    tile_heads = p.num_q_heads // pack
-    ctas = m_blocks * tile_heads * plan.num_splits * p.batch
-    return ctas, f"grid ceil({p.max_seqlen_q}*{pack}/{block_m}) x {tile_heads} x {plan.num_splits} x {p.batch}"
 
 
 def meta_plan(case: LatencyCase, variant: tuple, target: str = PLAN_TARGET):
@@ -290,20 +265,20 @@ def format_list(points: list, variants: list, cases: list, hq: int, hkv: int, he
             sb = input_set_bytes(c.point, c.hq, c.hkv, kv_bytes, LATENCY_PAGE_SIZE)
             try:
                 plan = meta_plan(c, v)
-                splits, ctas = str(plan.num_splits), str(plan_ctas(plan)[0])
+                splits, ctas = str(plan.num_splits), str(plan.ctas)
             except Exception as exc:  # noqa: BLE001 - a kernel not built here lists without its plan
                 splits, ctas = "-", f"- ({type(exc).__name__})"
             lines.append(
                 f"{c.name:28s} {v[0]:14s} {v[2]:4s} {w['bytes']:10d} {w['flops'] / 1e6:8.1f} {n:5d} "
                 f"{n * w['bytes'] / 1e6:10.1f} {sb / 2**20:8.2f} {splits:>6s} {ctas:>5s}"
             )
-    lines.append(CTA_NOTE)
+    lines.append("CTAs: plan.ctas, the forward's grid (a split call's combine kernel is another launch)")
     return "\n".join(lines)
 
 
 __all__ = [
-    "CHUNKED", "CTA_NOTE", "DECODE_BATCHES", "DECODE_CONTEXTS", "HEAD_DIM", "KV_DTYPES", "LATENCY_CASES", "LATENCY_L2_BYTES",
+    "CHUNKED", "DECODE_BATCHES", "DECODE_CONTEXTS", "HEAD_DIM", "KV_DTYPES", "LATENCY_CASES", "LATENCY_L2_BYTES",
     "LATENCY_L2_FACTOR", "LOCAL_WINDOW_LEFT", "LatencyCase", "MODES", "Point", "PREFILL_LENGTHS", "VARIANTS",
     "bench_grid", "format_list", "input_set_bytes", "keys_read", "latency_cases", "latency_sets", "meta_plan",
-    "plan_ctas", "rotation_sets", "visible_pairs", "work",
+    "rotation_sets", "visible_pairs", "work",
 ]
