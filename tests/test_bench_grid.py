@@ -144,3 +144,12 @@ def test_latency_table_formatting():
     skipped = {"case": "decode B=1 k=8k 32/4", "variant": "triton[fp8kv]", "status": "not available: no triton"}
     text = bench.format_latency([ok, skipped])
     assert "12.50" in text and "80.0" in text and "not available: no triton" in text
+
+
+def test_grid_has_the_long_context_prefill_points():
+    # issue 23: prefill 16k and 32k, chunk 2k over 16k, 8k over 32k, 2k over 128k, 8 x 1k
+    names = {p.name for p in bench_grid.bench_grid()}
+    assert {"prefill 16k causal", "prefill 32k causal", "chunked B=1 k=16k q=2k causal",
+            "chunked B=1 k=32k q=8k causal", "chunked B=1 k=128k q=2k causal", "prefill 8 x 1k causal"} <= names
+    eight = next(p for p in bench_grid.bench_grid() if p.name == "prefill 8 x 1k causal")
+    assert (eight.batch, eight.q_len, eight.seqlen_k) == (8, 1024, 1024)

@@ -284,8 +284,9 @@ def test_bench_grid_matches_the_issue():
     grid = bench.bench_grid()
     decode = {(p.batch, p.seqlen_k) for p in grid if p.mode == "decode"}
     assert decode == {(b, k) for b in (1, 4, 16, 64, 128) for k in (2048, 8192, 32768, 131072)}
-    prefill = {(p.seqlen_k, p.window_left >= 0) for p in grid if p.mode == "prefill"}
-    assert prefill == {(n, local) for n in (2048, 8192, 32768) for local in (False, True)}
+    prefill = {(p.seqlen_k, p.window_left >= 0) for p in grid if p.mode == "prefill" and p.batch == 1}
+    assert prefill == {(n, local) for n in (2048, 8192, 16384, 32768) for local in (False, True)}
+    assert {(p.batch, p.seqlen_k) for p in grid if p.mode == "prefill" and p.batch > 1} == {(8, 1024)}
     assert any(p.mode == "chunked" for p in grid)
     assert 0 < len(bench.bench_grid(quick=True)) < len(grid)
 

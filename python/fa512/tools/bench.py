@@ -10,8 +10,9 @@ Order of work:
    moment is another machine. Kernels and ceilings get the same budget (`rep_budget`: 0.1 s
    of warm-up, then the median of 0.2 s (``--quick``) or 0.4 s of calls).
 2. Each kernel variant that can serve a point (fp8_mma; mma16 on fp8 and on bf16 KV; triton on
-   both), on the grid (`fa512.tools.bench_grid`): prefill 2k/8k/32k causal and local (window
-   1024), chunked prefill, decode B in {1, 4, 16, 64, 128} x seqused_k in {2k, 8k, 32k, 128k};
+   both), on the grid (`fa512.tools.bench_grid`): prefill 2k/8k/16k/32k causal and local
+   (window 1024) and 8 x 1k causal, chunked prefill (2k over 8k, 16k, 32k and 128k; 8k over
+   32k; B=4 x 512 over 8k), decode B in {1, 4, 16, 64, 128} x seqused_k in {2k, 8k, 32k, 128k};
    Gemma-4 31B heads by default. Eager calls and CUDA-graph replay, each the median of many reps
    after warm-up, timed with CUDA events, over several fresh random input sets used in turn so
    that the device's L2 cache cannot hold the working set of small decode points. Points whose

@@ -26,8 +26,10 @@ HEAD_DIM = 512
 LOCAL_WINDOW_LEFT = 1023  # Gemma's sliding window of 1024 keys, including the query's own
 DECODE_BATCHES = (1, 4, 16, 64, 128)
 DECODE_CONTEXTS = (2048, 8192, 32768, 131072)
-PREFILL_LENGTHS = (2048, 8192, 32768)
-CHUNKED = ((1, 8192, 2048), (1, 32768, 2048), (4, 8192, 512))  # (batch, context, chunk)
+PREFILL_LENGTHS = (2048, 8192, 16384, 32768)
+# (batch, context, chunk); issue 23's long-context chunks: 2k over 16k and 128k, 8k over 32k
+CHUNKED = ((1, 8192, 2048), (1, 16384, 2048), (1, 32768, 2048), (1, 32768, 8192), (1, 131072, 2048), (4, 8192, 512))
+SHORT_PREFILL_BATCH = (8, 1024)  # a batch of short prompts (issue 23: 8 x 1024, causal)
 MODES = ("prefill", "chunked", "decode", "latency")
 # (label, kernel, kv dtype)
 VARIANTS = (
@@ -66,7 +68,7 @@ class Point:
         k = _k(self.seqlen_k)
         mask = "local" if self.window_left >= 0 else ("causal" if self.causal else "full")
         if self.mode == "prefill":
-            return f"prefill {k} {mask}"
+            return f"prefill {k} {mask}" if self.batch == 1 else f"prefill {self.batch} x {k} {mask}"
         if self.mode == "chunked":
             return f"chunked B={self.batch} k={k} q={_k(self.q_len)} {mask}"
         if self.mode == "latency" and self.q_len > 1:
@@ -93,6 +95,8 @@ def bench_grid(quick: bool = False) -> list:
     for n in PREFILL_LENGTHS:
         points.append(Point("prefill", 1, n, n))
         points.append(Point("prefill", 1, n, n, window_left=LOCAL_WINDOW_LEFT))
+    batch, n = SHORT_PREFILL_BATCH
+    points.append(Point("prefill", batch, n, n))
     for batch, ctx, chunk in CHUNKED:
         points.append(Point("chunked", batch, chunk, ctx))
     for batch in DECODE_BATCHES:
