@@ -86,6 +86,15 @@ def build(call: Call, debug: bool = False) -> Launcher:
     return BACKENDS[plan.kernel].make_launcher(plan, args, call.out, extents)
 
 
+def remember(store: dict, key, launcher, max_entries: int = _MAX_ENTRIES) -> None:
+    """Keep ``launcher`` under ``key`` (not when the key was unhashable: None); a full store is
+    cleared whole."""
+    if key is not None:
+        if len(store) >= max_entries:
+            store.clear()
+        store[key] = launcher
+
+
 def launcher_for(call: Call) -> Launcher:
     """The launcher of ``call`` (its ``out`` allocated): the memo's, after the per-call overlap
     check, or a new one (stored unless the call is malformed, which `build` has raised for)."""
@@ -96,10 +105,7 @@ def launcher_for(call: Call) -> Launcher:
         key = launcher = None
     if launcher is None:
         launcher = build(call)
-        if key is not None:
-            if len(_memo) >= _MAX_ENTRIES:
-                _memo.clear()
-            _memo[key] = launcher
+        remember(_memo, key, launcher)
         return launcher
     q, k, v, out = call[:4]
     eq, ek, ev, eo = launcher.extents
@@ -126,4 +132,4 @@ def clear() -> None:
     _memo.clear()
 
 
-__all__ = ["build", "clear", "launcher_for", "signature", "size"]
+__all__ = ["build", "clear", "launcher_for", "remember", "signature", "size"]

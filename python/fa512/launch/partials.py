@@ -21,7 +21,7 @@ from ..backends.registry import BACKENDS
 from ..call import Call
 from ..planning.dispatch import make_plan, target_of
 from ..planning.validate import check, debug_checks, debug_enabled
-from .memo import signature
+from .memo import remember, signature
 
 _MAX_ENTRIES = 1024
 _launchers: dict = {}
@@ -56,10 +56,7 @@ def partials(call: Call) -> tuple:
             key = launcher = None
         if launcher is None:
             launcher = build(call)
-            if key is not None:
-                if len(_launchers) >= _MAX_ENTRIES:
-                    _launchers.clear()
-                _launchers[key] = launcher
+            remember(_launchers, key, launcher, _MAX_ENTRIES)
     last_launch.update(launcher.record)
     return launcher(call)
 

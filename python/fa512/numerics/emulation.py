@@ -319,10 +319,14 @@ def _p_terms(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> tuple
     return (p.to(mma16_dtype).float(),)
 
 
-def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch.Tensor:
-    """The P the MMAs see, as one tensor (P_hi + P_lo is exact in fp32: a few significant bits each)."""
-    terms = _p_terms(p, design, mma16_dtype)
+def _sum_terms(terms: tuple) -> torch.Tensor:
+    """An operand's terms as one tensor (P_hi + P_lo is exact in fp32: a few significant bits each)."""
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _round_p(p: torch.Tensor, design: Design, mma16_dtype: torch.dtype) -> torch.Tensor:
+    """The P the MMAs see, as one tensor."""
+    return _sum_terms(_p_terms(p, design, mma16_dtype))
 
 
 def fp8_mma_design(variant) -> Design:
@@ -536,7 +540,7 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         arg = (s.double() * scale_log2.double() - offset.double()).float().masked_fill(~visible, -math.inf)
         p = torch.exp2(arg)
         p_terms = _p_terms(p, design, mma16_dtype)
-        p_op = p_terms[0] if len(p_terms) == 1 else p_terms[0] + p_terms[1]
+        p_op = _sum_terms(p_terms)
         row_sum = row_sum * alpha + (p_op if design.sum_rounded_p else p).sum(dim=-1, keepdim=True)
         if acc_bits is None:
             o = o * alpha + _mma(p_op, v_op[:, j0c:j1], None, None)

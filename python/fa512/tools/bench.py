@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
+from typing import Optional
 
 import torch
 
@@ -113,6 +114,19 @@ def _median(xs: list) -> float:
     xs = sorted(xs)
     n = len(xs)
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def _exception_line(exc: BaseException, limit: Optional[int] = None) -> str:
+    """'<type>: <first line of the message>' (the message cut to ``limit`` characters)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:limit] if text else ''}"
+
+
+def _failure_status(exc: BaseException) -> str:
+    """A point's status when its measurement raised: skipped when out of memory, else an error."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return f"skipped: out of memory ({str(exc).splitlines()[0][:80]})"
+    return f"error: {_exception_line(exc, 160)}"
 
 
 def time_calls(calls, warmup: int, target_ms: float, min_reps: int, max_reps: int, warmup_ms: float = 0.0) -> dict:
@@ -277,13 +291,10 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
             graph = time_calls([g.replay for g in graphs], **reps)
             row.update(graph_ms=graph["ms"], graph_reps=graph["reps"])
         except Exception as exc:  # a kernel that cannot be captured is reported, not fatal
-            row["graph_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            row["graph_error"] = _exception_line(exc)
         after = timer.around(peak_key)
-    except torch.cuda.OutOfMemoryError as exc:
-        row["status"] = f"skipped: out of memory ({str(exc).splitlines()[0][:80]})"
-        return row
     except Exception as exc:  # a failing kernel is reported in the table; the grid goes on
-        row["status"] = f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+        row["status"] = _failure_status(exc)
         return row
     w = work(point, hq, hkv, kv_bytes)
     # fractions of the ceilings timed around this point (the mean of before and after); the
@@ -378,11 +389,8 @@ def bench_latency(case: LatencyCase, variant: tuple, device, reps: dict, l2_byte
         before = copy.time()
         t = kernel_graph.time()
         after = copy.time()
-    except torch.cuda.OutOfMemoryError as exc:
-        row["status"] = f"skipped: out of memory ({str(exc).splitlines()[0][:80]})"
-        return row
     except Exception as exc:  # a failing kernel is reported in the table; the cases go on
-        row["status"] = f"error: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ''}"
+        row["status"] = _failure_status(exc)
         return row
     copy_us = (before["us"] + after["us"]) / 2
     row.update(status="ok", us=t["us"], min_us=t["min_us"], replays=t["replays"], calls_per_graph=kernel_graph.calls,
