@@ -19,6 +19,7 @@ import torch
 
 import fa512
 from fa512.tools import fuzz, fuzz_cases
+from helpers import interpreted_triton_fwd
 
 
 def run(argv) -> int:
@@ -193,10 +194,10 @@ def _small_fp16_cases(count: int, seed: int = 0) -> list:
 def triton_interpreter(monkeypatch):
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed")
+    # Triton decides interpreted vs compiled when a kernel is decorated (tests/helpers.py); the
+    # dispatch reads the variable per call, so it stays set while the test runs
+    interpreted_triton_fwd()
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # Triton decides interpreted vs compiled when a kernel is decorated (tests/test_triton_fwd.py)
-    if "fa512.triton_fwd" in sys.modules:
-        importlib.reload(sys.modules["fa512.triton_fwd"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; GPUs run Triton compiled")
