@@ -1,13 +1,28 @@
 """Split-KV combine: merge fp32 partial (O, lse) per split into the output and its lse.
 
-One warp per (query row, q head): lane s holds split s's lse (splits <= 32), the warp reduces
-max and sum, and each lane accumulates 16 of the 512 output columns (4 x 16-byte vectors,
-coalesced across the warp) over the splits. An empty split wrote lse = -inf and O = 0, so its
-weight is exactly 0; a row whose splits are all empty gets O = 0 and lse = -inf.
+Work decomposition (up to `MAX_SPLITS` = 256 splits): one CTA of 256 threads per (query row,
+q head, quarter of the 512 columns), so a B=1 decode with 32 rows still runs 128 CTAs.
 
-Rows past cu_seqlens_q[B] are left untouched (the op contract: out rows past the last
-sequence are not written). Everything is read from device memory: no host sync, so a CUDA
-graph captured once serves any seqused_k at replay.
+1. Weights. Thread t reads split t's lse; a CTA-wide max and sum (warp shuffles, then one
+   float per warp through shared memory) give w_s = exp(lse_s - max) / sum for every split,
+   kept in shared memory, and the row's lse = max + log(sum).
+2. Sums. Warp w accumulates splits w, w + 8, w + 16, ... over its 128 columns (4 per lane: one
+   16-byte load per split, coalesced across the warp), four splits' loads issued ahead, so a
+   row's splits are read by 8 warps at once instead of one after another.
+3. Reduce. The eight warps' 128-column sums meet in shared memory; threads 0..127 add them and
+   store one column each in the output dtype.
+
+An empty split wrote lse = -inf and O = 0 (the forward stores every split of a valid row), so
+its weight is exactly 0; a row whose splits are all empty gets O = 0 and lse = -inf. Rows past
+cu_seqlens_q[B] are left untouched (the op contract: out rows past the last sequence are not
+written). Everything is read from device memory: no host sync, so a CUDA graph captured once
+serves any seqused_k at replay.
+
+Programmatic dependent launch: the kernel is launched with ``use_pdl`` and waits
+(``griddepcontrol.wait``) before its first read of the partials; the split forward signals
+``griddepcontrol.launch_dependents`` at its start, so this grid's launch and block scheduling
+overlap the forward's tail instead of following it. Launched after anything else, the wait
+returns at once.
 """
 
 from __future__ import annotations
@@ -21,13 +36,18 @@ import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float32, Int32
 
 HEAD_DIM = 512
-MAX_SPLITS = 32  # one lane per split; fa512.contract.MAX_SPLITS
-WARPS_PER_CTA = 4
-COLS_PER_LANE = HEAD_DIM // 32  # 16 floats = 4 vectors of 4
+MAX_SPLITS = 256  # one lse per thread; fa512.contract.MAX_SPLITS
+THREADS = 256
+WARPS = THREADS // 32  # split groups: warp w merges splits w, w + WARPS, ...
+COL_CHUNKS = 4  # CTAs per row (grid y)
+CHUNK_COLS = HEAD_DIM // COL_CHUNKS  # 128 columns: 4 per lane
+LOADS_AHEAD = 4  # splits whose loads one warp issues together
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
 
 _DTYPES = {"bf16": BFloat16, "f16": Float16}
+
+assert MAX_SPLITS == THREADS and CHUNK_COLS == 4 * 32
 
 
 class SplitKVCombine:
@@ -50,11 +70,31 @@ class SplitKVCombine:
         num_splits: Int32,
         stream: cuda.CUstream,
     ):
+        MemRange, Align = cute.struct.MemRange, cute.struct.Align
+        self.storage = cute.struct(type("CombineStorage", (), {"__annotations__": {
+            "sums": Align[MemRange[Float32, WARPS * CHUNK_COLS], 16],
+            "weights": Align[MemRange[Float32, MAX_SPLITS], 16],
+            "warp_max": Align[MemRange[Float32, WARPS], 16],
+            "warp_sum": Align[MemRange[Float32, WARPS], 16],
+        }}))
         rows = mO.shape[0] * mO.shape[1]
-        grid = ((rows + WARPS_PER_CTA - 1) // WARPS_PER_CTA, 1, 1)
         self.kernel(mOPart, mLSEPart, mO, mLSE, mCuSeqlensQ, num_splits).launch(
-            grid=grid, block=[32 * WARPS_PER_CTA, 1, 1], stream=stream
+            grid=(rows, COL_CHUNKS, 1), block=[THREADS, 1, 1], stream=stream, use_pdl=True
         )
+
+    @cute.jit
+    def block_reduce(self, value, scratch, warp, lane, op):
+        """``op``-reduce ``value`` over the CTA: butterfly within each warp, then every thread
+        folds the WARPS per-warp results from ``scratch``."""
+        for off in cutlass.range_constexpr(5):
+            value = op(value, cute.arch.shuffle_sync_bfly(value, offset=1 << off))
+        if lane == 0:
+            scratch[warp] = value
+        cute.arch.barrier()
+        total = scratch[0]
+        for i in cutlass.range_constexpr(1, WARPS):
+            total = op(total, scratch[i])
+        return total
 
     @cute.kernel
     def kernel(
@@ -67,56 +107,67 @@ class SplitKVCombine:
         num_splits: Int32,
     ):
         tidx, _, _ = cute.arch.thread_idx()
-        bidx, _, _ = cute.arch.block_idx()
+        row, chunk, _ = cute.arch.block_idx()
         lane = tidx % 32
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         num_heads = mO.shape[1]
-        row = bidx * WARPS_PER_CTA + warp
         token = row // num_heads
         head = row - token * num_heads
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        sums = storage.sums.get_tensor(cute.make_layout(WARPS * CHUNK_COLS))
+        weights = storage.weights.get_tensor(cute.make_layout(MAX_SPLITS))
+        warp_max = storage.warp_max.get_tensor(cute.make_layout(WARPS))
+        warp_sum = storage.warp_sum.get_tensor(cute.make_layout(WARPS))
+        cute.arch.griddepcontrol_wait()  # the forward's partials are complete and visible
         total_valid = mCuSeqlensQ[mCuSeqlensQ.shape[0] - 1]
-        if token < total_valid:
-            # -- weights: lane s <-> split s --------------------------------------------------
-            lse_s = -Float32.inf
-            if lane < num_splits:
-                lse_s = mLSEPart[lane, head, token]
-            lse_max = lse_s
-            for off in cutlass.range_constexpr(5):
-                lse_max = cute.arch.fmax(lse_max, cute.arch.shuffle_sync_bfly(lse_max, offset=1 << off))
+        if token < total_valid:  # CTA-uniform
+            # -- 1. weights: thread t <-> split t ------------------------------------------------
+            lse_t = -Float32.inf
+            if tidx < num_splits:
+                lse_t = mLSEPart[tidx, head, token]
+            lse_max = self.block_reduce(lse_t, warp_max, warp, lane, cute.arch.fmax)
             safe_max = lse_max
             if lse_max == -Float32.inf:
                 safe_max = Float32(0.0)
-            w = cute.math.exp2((lse_s - safe_max) * Float32(LOG2_E), fastmath=True)
-            total = w
-            for off in cutlass.range_constexpr(5):
-                total = total + cute.arch.shuffle_sync_bfly(total, offset=1 << off)
+            w = cute.math.exp2((lse_t - safe_max) * Float32(LOG2_E), fastmath=True)
+            total = self.block_reduce(w, warp_sum, warp, lane, lambda a, b: a + b)
             inv_total = Float32(0.0)
             lse_out = -Float32.inf
             if total > Float32(0.0):
                 inv_total = Float32(1.0) / total
                 lse_out = safe_max + cute.math.log2(total, fastmath=True) * Float32(LN_2)
-            w = w * inv_total
+            weights[tidx] = w * inv_total
+            cute.arch.barrier()
 
-            # -- O = sum_s w_s O_s over this lane's 16 columns ----------------------------------
-            acc = cute.make_rmem_tensor((4, 4), Float32)
+            # -- 2. this warp's splits over the CTA's 128 columns (4 per lane) --------------------
+            col = chunk * (CHUNK_COLS // 4) + lane  # in 4-float vectors
+            acc = cute.make_rmem_tensor(4, Float32)
             acc.fill(0.0)
-            part = cute.make_rmem_tensor((4, 4), Float32)
-            for s in cutlass.range(num_splits, unroll=1):
-                w_s = cute.arch.shuffle_sync(w, s)
-                if w_s > Float32(0.0):
-                    src_row = mOPart[s, token, head, None]
+            parts = cute.make_rmem_tensor((4, LOADS_AHEAD), Float32)
+            mine = (num_splits + (WARPS - 1) - warp) // WARPS  # splits warp, warp + WARPS, ... < S
+            last = num_splits - 1
+            for r in cutlass.range((mine + LOADS_AHEAD - 1) // LOADS_AHEAD, unroll=1):
+                # LOADS_AHEAD loads in flight before the first FMA. A slot past the last split
+                # reloads the last split (a valid, finite partial) and its weight is 0: every
+                # thread >= S wrote weight 0 above, and s < 256 always (S <= 256).
+                for k in cutlass.range_constexpr(LOADS_AHEAD):
+                    s = warp + WARPS * (r * LOADS_AHEAD + k)
+                    src = mOPart[cutlass.min(s, last), token, head, None]
+                    cute.autovec_copy(cute.local_tile(src, (4,), (col,)), parts[None, k])
+                for k in cutlass.range_constexpr(LOADS_AHEAD):
+                    w_s = weights[warp + WARPS * (r * LOADS_AHEAD + k)]
                     for j in cutlass.range_constexpr(4):
-                        src = cute.local_tile(src_row, (4,), (lane + 32 * j,))
-                        cute.autovec_copy(src, part[None, j])
-                    for i in cutlass.range_constexpr(16):
-                        acc[i] = acc[i] + w_s * part[i]
-            out = cute.make_rmem_tensor((4, 4), self.out_dtype)
-            out.store(acc.load().to(self.out_dtype))
-            dst_row = mO[token, head, None]
-            for j in cutlass.range_constexpr(4):
-                dst = cute.local_tile(dst_row, (4,), (lane + 32 * j,))
-                cute.autovec_copy(out[None, j], dst)
-            if lane == 0:
+                        acc[j] = acc[j] + w_s * parts[j, k]
+            cute.autovec_copy(acc, cute.local_tile(sums, (4,), (warp * (CHUNK_COLS // 4) + lane,)))
+            cute.arch.barrier()
+
+            # -- 3. the eight warps' sums, one column per thread ----------------------------------
+            if tidx < CHUNK_COLS:
+                o = sums[tidx]
+                for g in cutlass.range_constexpr(1, WARPS):
+                    o = o + sums[g * CHUNK_COLS + tidx]
+                mO[token, head, chunk * CHUNK_COLS + tidx] = o.to(self.out_dtype)
+            if chunk == 0 and tidx == 0:
                 mLSE[head, token] = lse_out
 
 

@@ -362,6 +362,10 @@ class FlashFwdSm90:
         if warp_idx == 0:
             for atom in (tma_atom_q, tma_atom_k, tma_atom_v):
                 cpasync.prefetch_descriptor(atom)
+        if const_expr(self.cfg.split):
+            # Programmatic dependent launch: the split combine (launched with use_pdl) may be
+            # scheduled from now on; it waits for this whole grid before it reads a partial.
+            cute.arch.griddepcontrol_launch_dependents()
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)

@@ -127,3 +127,37 @@ def test_reference_launches_no_grid():
 
     p = fa512.plan(**_call(1, 1, 256, 8, 1), target="cpu")
     assert (p.kernel, p.ctas, p.launches) == ("reference", 0, 0)
+
+
+# -- the planner's choices on issue 22's shapes (H200: sm_90 with 132 SMs) ------------------------
+# A table, so that a change of the model or of a kernel's max_splits shows as a diff here. The MTP
+# row: 448 key blocks of 64 keys over one M tile; 112 splits give every CTA 4 blocks, and no count
+# up to 132 CTAs gives fewer (3 blocks need 150 CTAs, a second wave), so the model stops at 112.
+PLANNER_TABLE = [
+    # kernel, (batch, q, keys, Hq, Hkv), kv dtype -> (num_splits, ctas)
+    ("fp8_mma", (1, 1, 8192, 32, 4), "fp8", (32, 128)),
+    ("fp8_mma", (1, 4, 28672, 8, 1), "fp8", (112, 112)),
+    ("fp8_mma", (8, 1, 8192, 8, 1), "fp8", (16, 128)),
+    ("fp8_mma", (4, 1, 32768, 32, 4), "fp8", (8, 128)),
+    ("fp8_mma", (32, 4, 28672, 8, 1), "fp8", (4, 128)),
+    ("fp8_mma", (64, 1, 8192, 32, 4), "fp8", (1, 256)),
+    ("fp8_mma", (1, 1, 64, 32, 4), "fp8", (1, 4)),
+    ("mma16", (1, 1, 8192, 32, 4), "bf16", (22, 88)),
+    ("mma16", (1, 4, 28672, 8, 1), "bf16", (90, 90)),
+    ("mma16", (8, 1, 8192, 8, 1), "bf16", (11, 88)),
+    ("triton", (1, 1, 8192, 32, 4), "fp8", (32, 128)),
+    ("triton", (1, 4, 28672, 8, 1), "fp8", (31, 31)),  # Triton's combine stops at 32 splits
+]
+
+
+@pytest.mark.parametrize("kernel, shape, kv, want", PLANNER_TABLE)
+def test_planner_table(kernel, shape, kv, want):
+    import torch
+
+    import fa512
+
+    kw = _call(*shape)
+    if kv == "bf16":
+        kw["k"] = kw["v"] = torch.zeros(kw["k"].shape, dtype=torch.bfloat16)
+    p = fa512.plan(**kw, kernel=kernel, target="sm_90:132")
+    assert (p.num_splits, p.ctas) == want, p.reason

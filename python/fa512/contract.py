@@ -13,8 +13,12 @@ import torch
 HEAD_DIM = 512
 # Kernels a call may request; "auto" follows the dispatch table (`fa512.planning.dispatch`).
 KERNEL_NAMES = ("auto", "fp8_mma", "mma16", "triton", "reference")
-# The split-KV workspace is sized for at most this many splits (`fa512.planning.splits`).
-MAX_SPLITS = 32
+# Most splits one call may ask for (`num_splits`) and the SM90 planner may pick: the SM90 combine
+# merges up to 256 (`cute_kernels.combine`), enough to give a 1-kv-head sequence all 132 SMs.
+# Backends may plan fewer (`Backend.max_splits`); the split workspace is sized per call.
+MAX_SPLITS = 256
+# CUDA's limit on grid y and z: the forwards put (tile heads x splits) on y (`fa512.planning.dispatch`).
+MAX_GRID_YZ = 65535
 # float32 q and K/V are served by the reference kernel only (`REFERENCE_ONLY_DTYPES`): it is how a
 # float32 model (transformers on CPU, fa512.integrations.transformers) runs through the op; the GPU
 # kernels refuse it with that reason.
@@ -23,4 +27,4 @@ KV_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16, torch.float32)
 REFERENCE_ONLY_DTYPES = (torch.float32,)
 DEFAULT_SOFTMAX_SCALE = 1.0 / math.sqrt(HEAD_DIM)
 
-__all__ = ["DEFAULT_SOFTMAX_SCALE", "HEAD_DIM", "KERNEL_NAMES", "KV_DTYPES", "MAX_SPLITS", "Q_DTYPES", "REFERENCE_ONLY_DTYPES"]
+__all__ = ["DEFAULT_SOFTMAX_SCALE", "HEAD_DIM", "KERNEL_NAMES", "KV_DTYPES", "MAX_GRID_YZ", "MAX_SPLITS", "Q_DTYPES", "REFERENCE_ONLY_DTYPES"]

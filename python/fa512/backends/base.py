@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from ..contract import REFERENCE_ONLY_DTYPES
+from ..contract import MAX_SPLITS, REFERENCE_ONLY_DTYPES
 from ..errors import KernelUnavailableError
 from ..planning.descales import descale_view
 from ..planning.problem import FwdArgs, Problem
@@ -95,6 +95,7 @@ def reference_only_dtype(problem: Problem) -> Optional[str]:
 class Backend:
     name: str = ""
     splits_kv: bool = False  # whether auto split planning applies
+    max_splits: int = MAX_SPLITS  # most splits the planner picks for this kernel (its combine's reach)
 
     def unavailable(self) -> Optional[str]:
         return None

@@ -13,6 +13,9 @@ class TritonBackend(Backend):
 
     name = "triton"
     splits_kv = True
+    # Its combine holds every split of a 128-column slice in one program (`triton_fwd._combine_kernel`):
+    # past 32 splits that is more registers than a program has. Callers may still ask for more.
+    max_splits = 32
 
     def unavailable(self):
         if importlib.util.find_spec("triton") is None:

@@ -168,8 +168,8 @@ def unsupported(problem: Problem, target) -> Optional[str]:
         return f"the Triton kernel runs on CUDA devices (or CPU under TRITON_INTERPRET=1), not {target.device_type}"
     if problem.batch > _MAX_GRID_YZ:
         return f"batch {problem.batch} exceeds the grid limit {_MAX_GRID_YZ}"
-    if problem.num_kv_heads * 32 > _MAX_GRID_YZ:
-        return f"Hkv={problem.num_kv_heads} exceeds the grid limit {_MAX_GRID_YZ // 32} (x32 splits)"
+    if problem.num_kv_heads > _MAX_GRID_YZ:
+        return f"Hkv={problem.num_kv_heads} exceeds the grid limit {_MAX_GRID_YZ}"
     return None
 
 

@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..backends.registry import BACKENDS
-from ..errors import KernelUnavailableError
+from ..contract import MAX_GRID_YZ
+from ..errors import KernelUnavailableError, arg_error
 from .problem import Problem
 from .splits import PER_CTA_BW_SHARE, forward_tiles, plan_num_splits
 
@@ -171,7 +172,13 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
     backend = BACKENDS[name]
     config = backend.make_config(problem, target)
     pack = backend.heads_per_tile(problem, config)
+    # The forwards' grid y is (tile heads x splits): CUDA caps it at MAX_GRID_YZ.
+    tile_heads = max(1, problem.num_q_heads // pack)
+    grid_splits = max(1, MAX_GRID_YZ // tile_heads)
     if num_splits > 0:
+        if backend.splits_kv and num_splits > grid_splits:
+            raise arg_error(ValueError, "num_splits", num_splits, f"at most {grid_splits} here",
+                            f"{tile_heads} tile heads x splits must fit CUDA's grid limit {MAX_GRID_YZ}")
         splits, split_reason = num_splits, "num_splits given by the caller"
     elif not backend.splits_kv:
         splits, split_reason = 1, f"{name} does not split KV"
@@ -190,6 +197,7 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
             kv_elem_bytes=problem.kv_dtype.itemsize,
             ctas_per_sm=config.ctas_per_sm,
             cta_bw_share=getattr(config, "cta_bw_share", PER_CTA_BW_SHARE),
+            max_splits=min(backend.max_splits, grid_splits),
         )
         splits, split_reason = decision.num_splits, decision.reason
     ws = backend.workspace_bytes(splits, problem, config) if backend.splits_kv else 0

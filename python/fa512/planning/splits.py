@@ -1,6 +1,7 @@
 """Split-KV planning: how many pieces to cut each (sequence, kv head, m-block) key range into.
 
-A pure function of host ints, deterministic, never above `MAX_SPLITS`. Because it reads only
+A pure function of host ints, deterministic, never above ``max_splits`` (the kernel's, at most
+`MAX_SPLITS`). Because it reads only
 ``max_seqlen_k`` (a host upper bound) and never ``seqused_k``, the split count, the grid and
 the workspace chosen when a CUDA graph is captured stay valid for any sequence lengths at
 replay: kernels cut each sequence's actual key range at run time (`reference.split_key_ranges`)
@@ -14,7 +15,7 @@ sees only how full the last wave is. It ignores what a split costs (each extra C
 Q tile and writes an fp32 partial, and the combine kernel re-reads all partials) and that one
 CTA cannot draw the whole memory bandwidth on its own, which is what splitting buys in decode.
 
-fa512 instead minimises a small time model over ``s = 1 .. min(MAX_SPLITS, key blocks)``::
+fa512 instead minimises a small time model over ``s = 1 .. min(max_splits, key blocks)``::
 
     ctas(s)      = mblocks * s                       (mblocks = B * Hq/P * ceil(max_seqlen_q * P / block_m))
     waves(s)     = ceil(ctas(s) / slots)             (slots  = SMs * ctas_per_sm)

@@ -269,7 +269,7 @@ def random_spec(seed: int, index: int, variants: int = DEFAULT_VARIANTS) -> Spec
     spec.softmax_scale = rng.choices((None, 1.0, 2.0 ** rng.uniform(-6, 0)), (45, 30, 25))[0]
     modes = ("scalar0d", "scalar1", "per_head", "per_head_strided", "per_bh", "per_bh_t", "per_bh_strided")
     spec.descale = {n: (rng.choice(modes) if n in var.descales else "none") for n in "qkv"}
-    spec.num_splits = {"auto": 0, "one": 1, "many": rng.choice((rng.randint(2, 8), rng.randint(9, fa512.MAX_SPLITS)))}[var.splits]
+    spec.num_splits = {"auto": 0, "one": 1, "many": rng.choice((rng.randint(2, 8), rng.randint(9, 32), rng.randint(33, fa512.MAX_SPLITS)))}[var.splits]
     true_q, true_k = max(q_lens), max(k_lens)
     bound = rng.choices(("exact", "loose", "default"), (60, 25, 15))[0]
     if bound == "exact":
