@@ -328,6 +328,9 @@ class GraphTimer:
     def __init__(self, fns: list, reps: dict):
         seq = list(fns) * -(-MIN_GRAPH_CALLS // len(fns))
         self.graph, self.calls, self.reps = capture_sequence(seq), len(seq), reps
+        # The graph replays the captured addresses: keep every tensor the calls hold alive (the
+        # copy's buffers exist only in these closures; freed, a replay writes freed memory).
+        self.fns = seq
 
     def time(self) -> dict:
         t = time_calls([self.graph.replay], **self.reps)
