@@ -62,7 +62,7 @@ def _bad_cases():
     yield "window float", dict(p, window_left=2.5), TypeError, ["window_left", "float"]
     yield "causal int", dict(p, causal=1), TypeError, ["causal", "int"]
     yield "num_splits < 0", dict(p, num_splits=-1), ValueError, ["num_splits", "-1"]
-    yield "num_splits > max", dict(p, num_splits=33), ValueError, ["num_splits", "33", "32"]
+    yield "num_splits > max", dict(p, num_splits=fa512.MAX_SPLITS + 1), ValueError, ["num_splits", "257", "256"]
     yield "unknown kernel", dict(p, kernel="flash"), ValueError, ["kernel", "'flash'", "'auto'"]
     yield "softmax_scale 0", dict(p, softmax_scale=0.0), ValueError, ["softmax_scale", "0.0"]
     yield "softmax_scale nan", dict(p, softmax_scale=float("nan")), ValueError, ["softmax_scale", "nan"]
