@@ -38,12 +38,14 @@ for step in "$@"; do
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;  # > 580 s on a fresh machine: use the halves
     # the whole GPU suite in two halves (each ~3-7 min warm; the Triton fuzz compiles its cases first)
-    gpu_tests_kernels) run gpu_tests_kernels 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py -rs ;;
+    gpu_tests_kernels) run gpu_tests_kernels 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py -rs ;;
     gpu_tests_tools)   run gpu_tests_tools 580 python3 -m pytest -q -m gpu tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py -rs ;;
     hf_tests)    run hf_tests 580 python3 -m pytest -q tests/test_transformers_integration.py -rs ;;  # issue 25 acceptance
     hf_4k)       run hf_4k 580 python3 profiles/transformers_gemma4.py --prompt-len 4096 --new-tokens 32 ;;
     hf_32k)      run hf_32k 580 python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8 ;;
     hf_pad)      run hf_pad 400 python3 profiles/transformers_gemma4.py --prompt-len 4096 --batch 4 --pad 1000 --new-tokens 16 ;;
+    split_breakdown) run split_breakdown 300 python3 profiles/split_breakdown.py ;;  # issue 22: call vs forward alone vs unsplit
+    many_splits) run many_splits 300 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs ;;
     launch_cost) run launch_cost 120 bash -c "nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost" ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;
     overhead_bd) run overhead_bd 300 python3 profiles/host_overhead.py --breakdown --floor --case decode_tiny decode_tiny_splits decode_b4_splits5 prefill_tiny_prepass decode_fp8 decode_bf16_splits ;;

@@ -116,6 +116,11 @@ class Design:
         those eight sums in order (h, w).
     sum_rounded_p : the row sums add P as rounded for P.V (fa512_fp8: `OnlineSoftmax.sum_e4m3`)
         instead of the fp32 P, so P's rounding errors leave the normalisation.
+    exp2_ulps : 0 (P's exp2 exact in fp32), or N (e4m3 P): every P within N ulp of an e4m3
+        rounding boundary is rounded to the other side, the worst an exp2 error of N ulp can do
+        (the kernels' ex2.approx: 2 ulp, not modelled). Not a kernel's design: the emulation
+        against itself with N = 2 is the oracle's resolution on a problem (`fa512.tools.fuzz`:
+        few visible keys per row make one flipped P visible).
     """
 
     name: str
@@ -132,6 +137,7 @@ class Design:
     q_groups: int = 1
     qk_rows: bool = False
     sum_rounded_p: bool = False
+    exp2_ulps: int = 0
 
     def __post_init__(self):
         if self.q_mode not in _Q_MODES:
@@ -144,6 +150,8 @@ class Design:
             raise arg_error(ValueError, "two_term_p", True, "False unless p_mode='e4m3'")
         if isinstance(self.block_n, bool) or not isinstance(self.block_n, int) or self.block_n < 1:
             raise arg_error(ValueError, "block_n", self.block_n, "an int >= 1")
+        if isinstance(self.exp2_ulps, bool) or not isinstance(self.exp2_ulps, int) or self.exp2_ulps < 0:
+            raise arg_error(ValueError, "exp2_ulps", self.exp2_ulps, "an int >= 0")
         if self.acc_bits is not None and not 1 <= self.acc_bits <= 23:
             raise arg_error(ValueError, "acc_bits", self.acc_bits, "None or an int in 1..23")
         if self.q_groups not in (1, 2, 4, 16):
@@ -448,7 +456,7 @@ def _attend_range_blocked(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, lo,
     # Running max after visiting block j (blocks visited from high to low).
     m_run = t.amax(dim=-1).flip(-1).cummax(dim=-1).values.flip(-1)  # (hkv, rows, nb)
     m_safe = torch.where(m_run == -math.inf, torch.zeros_like(m_run), m_run)  # offset 0 while nothing is visible
-    p = torch.exp2(t - m_safe.unsqueeze(-1) + design.p_offset)
+    p = _p_exp2(t - m_safe.unsqueeze(-1) + design.p_offset, design)
     m_final = m_run[..., :1]  # after the last (lowest) block
     m_end = torch.where(m_final == -math.inf, torch.zeros_like(m_final), m_final)
     # Weight of block j in the final O and row_sum: the later rescales, exp2(m_j - m_final) <= 1.
@@ -538,7 +546,7 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         # once; an S that is bit-exact still flips some e4m3 P when this rounds twice.
         offset = m_safe - design.p_offset
         arg = (s.double() * scale_log2.double() - offset.double()).float().masked_fill(~visible, -math.inf)
-        p = torch.exp2(arg)
+        p = _p_exp2(arg, design)
         p_terms = _p_terms(p, design, mma16_dtype)
         p_op = _sum_terms(p_terms)
         row_sum = row_sum * alpha + (p_op if design.sum_rounded_p else p).sum(dim=-1, keepdim=True)
@@ -551,6 +559,19 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
             o = o * alpha + acc if design.pv_promote else acc
         m = m_new
     return _finish(o, row_sum, m, v_scale, design)
+
+
+def _p_exp2(arg: torch.Tensor, design: Design) -> torch.Tensor:
+    """exp2 of P's argument. With ``design.exp2_ulps`` = N (e4m3 P only), every P that an exp2
+    error of N ulp could round to the other e4m3 neighbour is moved so that it does: the worst
+    case of that error for the P.V operand, deterministic."""
+    p = torch.exp2(arg)
+    if design.exp2_ulps and design.p_mode == "e4m3" and p.numel():
+        step = design.exp2_ulps * 2.0 ** -23
+        lo, hi = p * (1 - step), p * (1 + step)
+        as_is = to_e4m3(p).float()
+        p = torch.where(to_e4m3(lo).float() != as_is, lo, torch.where(to_e4m3(hi).float() != as_is, hi, p))
+    return p
 
 
 @contextlib.contextmanager

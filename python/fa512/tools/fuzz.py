@@ -55,7 +55,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import torch
@@ -109,8 +109,14 @@ TOLERANCES = {
 }
 # fp8_mma against `fa512.numerics.emulation` of the variant that ran (FP8 wgmma accumulation modelled bit
 # for bit): 0..2.2e-4 rel L2 on the H200 (README; this fuzzer: at most 1.3e-4 over 456 cases), so
-# a kernel above 5e-4 does not compute what its design says.
+# a kernel above 5e-4 does not compute what its design says...
 EMULATION_BAR = 5e-4
+# ... unless the emulation cannot tell: it computes P's exp2 exactly, the kernel with ex2.approx
+# (2 ulp), and one P whose e4m3 rounding flips moves it 12.5%. Rows with few visible keys show a
+# flip (seed 0 case 96, H200 2026-12-02: 20 queries, window [1, 55], vs_emu 5.32e-4, and the
+# emulation itself moves 5.32e-4 under a 2-ulp exp2 error). So a case above the bar is held to
+# EMULATION_BAR + that self-distance (`emulation_resolution`), which is recorded.
+RESOLUTION_ULPS = 2
 # ValueErrors that document a kernel's limit rather than bad input (fa512.backends.cute: TMA).
 DOCUMENTED_LIMITS = ("16-byte aligned base address", "strides that are multiples of 16 bytes")
 CUDA_FATAL = ("CUDA error", "illegal memory access", "unspecified launch failure", "CUBLAS_STATUS")
@@ -191,7 +197,17 @@ def _emulation_metrics(out, lse, oracle: dict, record: dict, rows: int) -> dict:
     m = {"vs_emu": float((out[:rows].double() - ref).norm()) / max(float(ref.norm()), 1e-30)}
     finite = torch.isfinite(emu_lse[:, :rows])
     m["lse_vs_emu"] = float((lse[:, :rows][finite] - emu_lse[:, :rows][finite]).abs().max()) if bool(finite.any()) else 0.0
+    if not m["vs_emu"] <= EMULATION_BAR:
+        m["emu_resolution"] = emulation_resolution(oracle, design, splits, ref, rows)
     return m
+
+
+def emulation_resolution(oracle: dict, design, splits: int, emu_out: torch.Tensor, rows: int) -> float:
+    """Rel L2 between the emulation and itself with P's exp2 off by up to RESOLUTION_ULPS ulp (the
+    kernels' ex2.approx error, `Design.exp2_ulps`): how finely the emulation resolves this case."""
+    other, _ = emulate_attention(**oracle, num_splits=splits, design=replace(design, exp2_ulps=RESOLUTION_ULPS))
+    diff = other[:rows].double() - emu_out
+    return float(diff.norm()) / max(float(emu_out.norm()), 1e-30)
 
 
 def run_kernel(spec: Spec, built: Built, kernel: str, device, oracle_out) -> dict:
@@ -238,8 +254,10 @@ def run_kernel(spec: Spec, built: Built, kernel: str, device, oracle_out) -> dic
         problems.append(f"modified its inputs: {', '.join(changed)}")
     if res["ran"] == "fp8_mma" and record.get("config") is not None:
         m.update(_emulation_metrics(out, lse, oracle, record, built.valid_rows))
-        if not m["vs_emu"] <= EMULATION_BAR:
-            problems.append(f"vs_emu {m['vs_emu']:.3g} > {EMULATION_BAR:g} (emulation of the variant that ran)")
+        bar = EMULATION_BAR + m.get("emu_resolution", 0.0)
+        if not m["vs_emu"] <= bar:
+            problems.append(f"vs_emu {m['vs_emu']:.3g} > {bar:.3g} (emulation of the variant that ran; "
+                            f"{EMULATION_BAR:g} + its resolution {m.get('emu_resolution', 0.0):.3g})")
     if problems:
         res["status"] = "fail"
     return res

@@ -1,0 +1,78 @@
+"""Where a split decode call's time goes (issue 22): the whole call against its forward alone.
+
+For each latency case of `fa512.tools.bench_grid` (or ``--case`` substrings) and fp8_mma (or
+``--kernel``), times by CUDA-graph replay with the L2 cold (input sets rotated as the bench
+does, `bench_grid.latency_sets`):
+
+- ``call``: the op as the plan runs it (forward + split combine);
+- ``fwd``: the same split forward without the combine (`fa512.launch.partials`);
+- ``unsplit``: the call with num_splits=1 (one CTA per tile, no partials);
+- ``copy``: the device copy of the same bytes (read + write), timed before and after.
+
+``call - fwd`` is what the combine costs after the forward (PDL overlaps its launch), ``fwd`` at
+64 keys (the floor case) the fixed cost of one forward. GPU only; prints one line per case.
+
+    PYTHONPATH=python:. python3 profiles/split_breakdown.py [--kernel fp8_mma] [--case MTP,decode]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", default="fp8_mma", help="fp8_mma | mma16 (fp8 KV) | mma16-bf16")
+    ap.add_argument("--case", default="", help="comma list of case-name substrings (default: all)")
+    ap.add_argument("--quick", action="store_true", help="shorter timing budgets")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("split_breakdown: needs a CUDA GPU", file=sys.stderr)
+        return 2
+
+    import fa512
+    from fa512.call import make_call
+    from fa512.launch.partials import partials
+    from fa512.tools.bench import GraphTimer, _make_set, copy_timer, rep_budget
+    from fa512.tools.bench_grid import LATENCY_CASES, latency_sets, work
+
+    kernel, kv = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}[args.kernel]
+    device = torch.device("cuda")
+    reps = rep_budget(args.quick)
+    wanted = [s for s in args.case.split(",") if s]
+    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
+    print(f"{'case':30s} {'splits':>6s} {'CTAs':>5s} {'call us':>8s} {'fwd us':>8s} {'unsplit':>8s} {'copy us':>8s}")
+    for case in LATENCY_CASES:
+        if wanted and not any(w in case.name for w in wanted):
+            continue
+        w = work(case.point, case.hq, case.hkv, 1 if kv == "fp8" else 2)
+        sets = [_make_set(case.point, case.heads, kv, 100 + i, device) for i in range(latency_sets(w["bytes"], l2))]
+        first = sets[0][0]
+        plan = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel)
+        splits = plan.num_splits
+
+        def call(c, o, s=0):
+            return lambda: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel, num_splits=s)
+
+        def fwd(c):
+            return lambda: partials(make_call(c.q, c.k, c.v, **c.kwargs(), kernel=kernel, num_splits=splits))
+
+        timers = {"call": [call(c, o) for c, o in sets], "fwd": [fwd(c) for c, _ in sets],
+                  "unsplit": [call(c, o, 1) for c, o in sets]}
+        for fns in timers.values():  # compile and warm outside the captures
+            fns[0]()
+        torch.cuda.synchronize()
+        copy = copy_timer(w["bytes"], len(sets), device, reps)
+        before = copy.time()["us"]
+        us = {name: GraphTimer(fns, reps).time()["us"] for name, fns in timers.items()}
+        after = copy.time()["us"]
+        print(f"{case.name:30s} {splits:6d} {plan.ctas:5d} {us['call']:8.2f} {us['fwd']:8.2f} {us['unsplit']:8.2f} "
+              f"{(before + after) / 2:8.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
