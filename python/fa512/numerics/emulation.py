@@ -40,7 +40,8 @@ among them, truncates them toward zero ``acc_bits`` bits below it, and truncates
 ``acc_bits`` mantissa bits; with 13 bits this reproduces cuBLAS's FP8 GEMM on the H200 bit for
 bit, 2026-11-29). It matters more than its size suggests: an S that differs by 1e-4 flips the
 e4m3 rounding of some P, and each flip moves P by 12.5%. Also not modelled: the ex2.approx error (~2 ulp of
-fp32) and the fp32 summation order of 16-bit MMAs (1e-6 level).
+fp32; `Design.exp2_ulps` bounds what it can do to the e4m3 P) and the fp32 summation order of
+16-bit MMAs (1e-6 level).
 """
 
 from __future__ import annotations
