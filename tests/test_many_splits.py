@@ -117,6 +117,7 @@ def test_gpu_combine_matches_a_float64_merge_of_its_partials(splits):
     from fa512.call import make_call
     from fa512.launch.partials import partials
     from fa512.launch.run import last_launch
+    from fa512.numerics.reference import merge_partials
 
     q, k, v, kw = _problem(DECODE, torch.float8_e4m3fn, device="cuda")
     kw = dict(kw, causal=True, softmax_scale=0.06)
@@ -124,14 +125,8 @@ def test_gpu_combine_matches_a_float64_merge_of_its_partials(splits):
     assert last_launch["kernel"] == "fp8_mma" and last_launch["num_splits"] == splits
     o_parts, lse_parts = partials(make_call(q, k, v, **kw, num_splits=splits, kernel="fp8_mma"))
     assert o_parts.shape[0] == splits
-    lp = lse_parts.double()  # (S, Hq, total_q)
-    top = lp.amax(0)
-    safe = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    w = torch.exp(lp - safe)
-    total = w.sum(0)
-    want_lse = torch.where(total > 0, safe + torch.log(total), torch.full_like(total, float("-inf")))
-    w = w / torch.where(total > 0, total, torch.ones_like(total))
-    want = (o_parts.double() * w.permute(0, 2, 1)[..., None]).sum(0)  # (total_q, Hq, 512)
+    want, want_lse = merge_partials(o_parts.double(), lse_parts.double().transpose(1, 2))  # (total_q, Hq, ...)
+    want_lse = want_lse.t()  # (Hq, total_q), as the op's lse
     rows = int(kw["cu_seqlens_q"][-1])
     assert torch.equal(torch.isfinite(lse[:, :rows]), torch.isfinite(want_lse[:, :rows]))
     fin = torch.isfinite(want_lse[:, :rows])
