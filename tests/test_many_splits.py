@@ -139,11 +139,15 @@ def test_gpu_combine_matches_a_float64_merge_of_its_partials(splits):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", ["fp8_mma", "mma16"])
 def test_gpu_graph_at_256_splits_replays_with_new_lengths(kernel):
+    from fa512.launch.run import last_launch
+
     q, k, v, kw = _problem(DECODE, torch.float8_e4m3fn, device="cuda")
     kw = dict(kw, causal=True, softmax_scale=0.06, num_splits=256, kernel=kernel)
     out = torch.empty_like(q)
+    last_launch.clear()
     fa512.attention(q, k, v, **kw, out=out)  # compile and warm outside the capture
     torch.cuda.synchronize()
+    assert last_launch["kernel"] == kernel and last_launch["num_splits"] == 256
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         _, lse = fa512.attention(q, k, v, **kw, out=out)
