@@ -121,6 +121,11 @@ class Sm90FwdConfig:
         release) in host-mapped memory at the kernel argument ``trace_addr`` and printf from
         warps 0, 4, 8 (`cute_kernels.diagnostics`). Debug only: slow, printf buffers in local
         memory.
+    timeline : bool
+        The same event points timed in CTA (0, 0, 0): SM clock and global timer per (warp,
+        event) into a device buffer at ``trace_addr`` (`cute_kernels.diagnostics`,
+        profiles/kernel_timeline.py); cheap relaxed stores, no printf. Diagnostic only; not
+        with ``trace``.
 
     Derived (read-only, named as the host side and the docs know them)
     -------------------------------------------------------------------
@@ -152,6 +157,7 @@ class Sm90FwdConfig:
     pv_promote: bool = False
     stage: str = "full"
     trace: bool = False
+    timeline: bool = False
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -246,6 +252,8 @@ class Sm90FwdConfig:
             parts.append(f"stage_{self.stage}")
         if self.trace:
             parts.append("trace")
+        if self.timeline:
+            parts.append("timeline")
         return "-".join(parts)
 
     def as_dict(self) -> dict:
@@ -379,6 +387,8 @@ class Sm90FwdConfig:
             return False, "pv_promote is not built with split partials (see with_split)"
         if self.stage not in STAGES:
             return False, f"stage {self.stage!r} not in {STAGES}"
+        if self.trace and self.timeline:
+            return False, "trace and timeline share the trace_addr buffer: pick one"
         smem = self.smem_bytes()
         if smem > SMEM_LIMIT:
             return False, f"shared memory {smem} B exceeds {SMEM_LIMIT} B ({self.smem_plan()})"

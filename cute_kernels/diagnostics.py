@@ -1,4 +1,4 @@
-"""The trace heartbeat of the SM90 forward (`Sm90FwdConfig.trace`): events, buffer, decoder.
+"""The trace heartbeat and the timeline of the SM90 forward (`Sm90FwdConfig.trace` / ``timeline``).
 
 CTA (0, 0, 0) lane 0 of warp w writes (event code, a, b) to words [3w, 3w + 3) of a host-mapped
 int32 buffer (code = index + 1 in `TRACE_EVENTS`); every warp of every CTA adds 1 to word
@@ -7,6 +7,13 @@ int32 buffer (code = index + 1 in `TRACE_EVENTS`); every warp of every CTA adds 
 `Tracer.event` at its issue / wait / release points; without ``trace`` the calls compile to
 nothing. The diagnostic cuts themselves (`Sm90FwdConfig.stage`) are taken at the kernel entry
 (`cute_kernels.fwd_sm90`).
+
+The timeline (``timeline``) uses the same event points to time one CTA without slowing it: lane
+0 of each warp of CTA (0, 0, 0) writes, per event, the SM clock (cycles) and the low word of
+the global timer (ns) into a device int32 buffer of `TIMELINE_WORDS` words, slot (warp, event),
+with relaxed GPU-scope exchanges (no printf, no host memory). An event that repeats (a loop)
+keeps its last time. `decode_timeline` prints each warp's events relative to the earliest
+"start"; profiles/kernel_timeline.py drives it.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ TRACE_EVENTS = (
 TRACE_WORDS = 3 * (NUM_THREADS // 32)  # 36 words of per-warp state
 TRACE_EXIT_WORD = TRACE_WORDS  # warps that left the kernel, all CTAs
 TRACE_BUFFER_WORDS = TRACE_WORDS + 4
+TIMELINE_SLOTS = len(TRACE_EVENTS) + 1  # the events, then the warp's exit
+TIMELINE_WORDS = (NUM_THREADS // 32) * TIMELINE_SLOTS * 2  # (clock, globaltimer_lo) per slot
 
 
 def decode_trace(words) -> list:
@@ -53,12 +62,44 @@ def decode_trace(words) -> list:
     return out
 
 
-class Tracer:
-    """The kernel side: ``enabled`` is ``cfg.trace`` (compile-time); ``addr`` the kernel argument
-    ``trace_addr``, set by the kernel entry (`bind`) before any role runs."""
+def earliest(stamps) -> int:
+    """The earliest of 32-bit counter readings taken within 2**31 ticks of each other, across a
+    wrap of the counter (the SM clock wraps every ~2 s)."""
+    ref = stamps[0] & 0xFFFFFFFF
+    return (ref + min(((x - ref + 2**31) & 0xFFFFFFFF) - 2**31 for x in stamps)) & 0xFFFFFFFF
 
-    def __init__(self, enabled: bool):
+
+def decode_timeline(words, clock_ghz: float = 0.0) -> list:
+    """Readable lines from a timeline buffer: per warp, each event seen, in time order, as cycles
+    after the earliest warp's "start" (and ns of the global timer). ``clock_ghz`` > 0 adds the
+    cycles as ns at that clock."""
+    names = TRACE_EVENTS + ("exit",)
+    slots = [(w, e, words[2 * (w * TIMELINE_SLOTS + e)], words[2 * (w * TIMELINE_SLOTS + e) + 1])
+             for w in range(NUM_THREADS // 32) for e in range(TIMELINE_SLOTS)]
+    seen = [s for s in slots if s[2] != 0 or s[3] != 0]
+    if not seen:
+        return ["timeline: no event recorded"]
+    starts = [s for s in seen if s[1] == 0] or seen
+    c0 = earliest([s[2] for s in starts])
+    g0 = earliest([s[3] for s in starts])
+    out = []
+    for w in range(NUM_THREADS // 32):
+        mine = sorted((((c & 0xFFFFFFFF) - c0) & 0xFFFFFFFF, ((g & 0xFFFFFFFF) - g0) & 0xFFFFFFFF, e)
+                      for ww, e, c, g in seen if ww == w)
+        for cyc, ns, e in mine:
+            at = f" = {cyc / clock_ghz:8.0f} ns" if clock_ghz > 0 else ""
+            out.append(f"warp {w:2d} (WG{w // 4}) {cyc:8d} cyc{at}  (timer {ns:6d} ns)  {names[e]}")
+    return out
+
+
+class Tracer:
+    """The kernel side: ``enabled`` is ``cfg.trace`` and ``timeline`` ``cfg.timeline``
+    (compile-time, at most one of them); ``addr`` the kernel argument ``trace_addr``, set by the
+    kernel entry (`bind`) before any role runs."""
+
+    def __init__(self, enabled: bool, timeline: bool = False):
         self.enabled = enabled
+        self.timeline = timeline
         self.addr = None
 
     def bind(self, addr: Int64) -> None:
@@ -68,7 +109,9 @@ class Tracer:
     def event(self, warp_idx, what: cutlass.Constexpr[str], a, b):
         """Heartbeat (event, a, b) of lane 0 of every warp of CTA (0, 0, 0) into the host-mapped
         buffer (system-scope stores the host sees while a kernel hangs) and printf from warps
-        0, 4, 8. Compiles to nothing without ``enabled``."""
+        0, 4, 8; or, with ``timeline``, the event's clocks. Compiles to nothing without either."""
+        if const_expr(self.timeline):
+            self._stamp(warp_idx, TRACE_EVENTS.index(what))
         if const_expr(self.enabled):
             code = TRACE_EVENTS.index(what) + 1
             bidx, bidy, bidz = cute.arch.block_idx()
@@ -85,8 +128,24 @@ class Tracer:
                     cute.printf("fa512 trace warp %d: " + what + " (%d, %d)", warp_idx, a, b)
 
     @cute.jit
+    def _stamp(self, warp_idx, slot: cutlass.Constexpr[int]):
+        """(SM clock, global timer low word) into slot (warp, ``slot``) from lane 0 of CTA (0, 0, 0)."""
+        bidx, bidy, bidz = cute.arch.block_idx()
+        lane = cute.arch.lane_idx()
+        if (bidx + bidy + bidz) + lane == 0:
+            clk = cute.arch.clock()
+            ns = cute.arch.globaltimer_lo()
+            addr = self.addr + Int64(8) * (Int64(warp_idx) * Int64(TIMELINE_SLOTS) + Int64(slot))
+            cute.arch.atomic_exch(cute.make_ptr(Int32, addr, cute.AddressSpace.gmem), clk, sem="relaxed", scope="gpu")
+            cute.arch.atomic_exch(cute.make_ptr(Int32, addr + 4, cute.AddressSpace.gmem), ns, sem="relaxed",
+                                  scope="gpu")
+
+    @cute.jit
     def exit(self):
-        """Every warp of every CTA counts itself out (word TRACE_EXIT_WORD)."""
+        """Every warp of every CTA counts itself out (word TRACE_EXIT_WORD); with ``timeline``,
+        CTA (0, 0, 0)'s warps stamp their exit."""
+        if const_expr(self.timeline):
+            self._stamp(cute.arch.make_warp_uniform(cute.arch.warp_idx()), TIMELINE_SLOTS - 1)
         if const_expr(self.enabled):
             if cute.arch.lane_idx() == 0:
                 cute.arch.atomic_add(
@@ -95,4 +154,5 @@ class Tracer:
                 )
 
 
-__all__ = ["TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_trace", "Tracer"]
+__all__ = ["TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
+           "decode_trace", "earliest", "Tracer"]

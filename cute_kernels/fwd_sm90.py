@@ -131,7 +131,7 @@ class FlashFwdSm90:
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         # the roles
-        self.tracer = Tracer(config.trace)
+        self.tracer = Tracer(config.trace, config.timeline)
         self.scheduler = SingleTileScheduler(config.mask, self.tile_m, self.tile_n, self.group, config.split)
         self.producer = TmaProducer(config, self.tracer)
         self.converter = DequantConverter(config, self.path) if self.cvt_warps else None
@@ -218,7 +218,7 @@ class FlashFwdSm90:
         window_right: Int32,
         max_seqlen_q: Int32,
         num_splits: Int32,
-        trace_addr: Int64,  # host-mapped int32[TRACE_BUFFER_WORDS] for cfg.trace, else ignored (pass 0)
+        trace_addr: Int64,  # cfg.trace: host-mapped int32[TRACE_BUFFER_WORDS]; cfg.timeline: device int32[TIMELINE_WORDS]; else 0
         stream: cuda.CUstream,
     ):
         if const_expr(mK.element_type == cutlass.Uint8):  # e4m3 K/V passed as uint8 views

@@ -130,6 +130,30 @@ def test_diag_stage_keys_and_trace_decoding():
     lines = decode_trace(words)
     assert "warp  4 (WG1): last event 'consumer K ready: block, stage' (3, 0)" in lines[4]
     assert lines[-1].endswith(": 7")
+    assert base.with_(timeline=True).key().endswith("-timeline")
+    assert not base.with_(trace=True, timeline=True).can_implement()[0]
+
+
+def test_timeline_decoding():
+    from cute_kernels.diagnostics import TIMELINE_SLOTS, TIMELINE_WORDS, TRACE_EVENTS, decode_timeline
+
+    assert decode_timeline([0] * TIMELINE_WORDS) == ["timeline: no event recorded"]
+    words = [0] * TIMELINE_WORDS
+    ready = TRACE_EVENTS.index("consumer Q ready")
+
+    def put(warp, event, clock, ns):
+        words[2 * (warp * TIMELINE_SLOTS + event)] = clock
+        words[2 * (warp * TIMELINE_SLOTS + event) + 1] = ns
+
+    put(0, 0, 2**32 - 100, 5000)  # the clock wraps between the two warps' starts
+    put(4, 0, 50, 5060)
+    put(4, ready, 4050, 7060)
+    put(4, TIMELINE_SLOTS - 1, 9050, 9560)
+    lines = decode_timeline(words, clock_ghz=2.0)
+    assert lines[0].startswith("warp  0 (WG0)        0 cyc") and lines[0].endswith("start")
+    assert "warp  4 (WG1)      150 cyc =       75 ns  (timer     60 ns)  start" == lines[1]
+    assert lines[2].startswith("warp  4 (WG1)     4150 cyc") and lines[2].endswith("consumer Q ready")
+    assert lines[3].endswith("exit") and "(timer   4560 ns)" in lines[3]
 
 
 def test_default_config_shapes():
@@ -396,13 +420,16 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
 
 
 @needs_dsl
-@pytest.mark.parametrize("stage, trace", [("setup", False), ("setup", True), ("full", True)])
-def test_diagnostic_stages_compile(stage, trace, tmp_path):
-    """The cuts profiles/gpu_mma16_smoke.py --diag launches compile; the trace writes sys-scope."""
+@pytest.mark.parametrize("stage, trace, timeline", [("setup", False, False), ("setup", True, False),
+                                                    ("full", True, False), ("full", False, True)])
+def test_diagnostic_stages_compile(stage, trace, timeline, tmp_path):
+    """The cuts profiles/gpu_mma16_smoke.py --diag launches compile; the trace writes sys-scope;
+    the timeline (profiles/kernel_timeline.py) reads the SM clock and the global timer and
+    stores them GPU-scope, with no printf and no spill."""
     from fa512.backends.compile_cache import KernelSpec, compile_spec
     from fa512.tools.compile import inspect_cubin
 
-    cfg = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8, stage=stage, trace=trace)
+    cfg = Sm90FwdConfig(mask="causal", qhead_per_kvhead=8, stage=stage, trace=trace, timeline=timeline)
     res = compile_spec(KernelSpec("fwd", cfg), "sm_90a")
     cubin = tmp_path / "k.cubin"
     cubin.write_bytes(res.cubin)
@@ -413,6 +440,7 @@ def test_diagnostic_stages_compile(stage, trace, tmp_path):
     if trace:  # heartbeat stores to host-mapped memory + printf (its buffers are the only local memory)
         assert "atom.global.sys" in res.ptx and "vprintf" in res.ptx
     else:
+        assert ("%globaltimer_lo" in res.ptx) == timeline and ("%clock" in res.ptx) == timeline
         assert rep.ok, rep.problems
         assert "vprintf" not in res.ptx
 

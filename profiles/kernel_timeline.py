@@ -1,0 +1,112 @@
+"""Where one SM90 forward CTA spends its time (issue 22's fixed cost), from inside the kernel.
+
+For each latency case of `fa512.tools.bench_grid` (``--case`` substrings; default the 64-key
+floor and decode B=1 x 8k), fp8_mma (or ``--kernel``):
+
+1. ``timeline``: the planned variant compiled with `Sm90FwdConfig.timeline` runs ``--runs``
+   times, the L2 flushed before each; CTA (0, 0, 0)'s warps stamp the SM clock at every
+   trace event (`cute_kernels.diagnostics`). Printed: the median cycles after the first warp's
+   start, per warp and event, and the global-timer span of the CTA.
+2. ``cuts``: the same call with the kernel cut at its entry (`Sm90FwdConfig.stage`: "launch"
+   returns at once, "setup" stops after mbarrier init and setmaxnreg) and whole, each timed
+   by CUDA-graph replay over rotated inputs (us per launch): the launch and setup floors under
+   the full kernel's time.
+
+GPU only.  PYTHONPATH=python:. python3 profiles/kernel_timeline.py [--case floor] [--kernel fp8_mma]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", default="fp8_mma", help="fp8_mma | mma16 (fp8 KV) | mma16-bf16")
+    ap.add_argument("--case", default="floor,B=1 k=8k", help="comma list of case-name substrings")
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--no-cuts", action="store_true")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernel_timeline: needs a CUDA GPU", file=sys.stderr)
+        return 2
+
+    from cute_kernels.diagnostics import TIMELINE_SLOTS, TIMELINE_WORDS, TRACE_EVENTS, earliest
+    from fa512.backends.registry import BACKENDS
+    from fa512.call import make_call
+    from fa512.planning.dispatch import make_plan, target_of
+    from fa512.planning.validate import check
+    from fa512.tools.bench import GraphTimer, _make_set, rep_budget
+    from fa512.tools.bench_grid import LATENCY_CASES, latency_sets, work
+
+    kernel, kv = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}[args.kernel]
+    device = torch.device("cuda")
+    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
+    flush = torch.empty(4 * l2, dtype=torch.uint8, device=device)
+    names = TRACE_EVENTS + ("exit",)
+    wanted = [s for s in args.case.split(",") if s]
+    for case in LATENCY_CASES:
+        if not any(w in case.name for w in wanted):
+            continue
+        w = work(case.point, case.hq, case.hkv, 1 if kv == "fp8" else 2)
+        sets = [_make_set(case.point, case.heads, kv, 100 + i, device) for i in range(latency_sets(w["bytes"], l2))]
+        prepared = []
+        for c, o in sets:
+            problem, fargs = check(make_call(c.q, c.k, c.v, **c.kwargs(), kernel=kernel))
+            prepared.append((make_plan(problem, target_of(device), kernel, 0), fargs, o))
+        plan = prepared[0][0]
+        backend = BACKENDS[plan.kernel]
+        print(f"== {case.name} {args.kernel}: {plan.config.with_split(plan.num_splits > 1).key()} "
+              f"splits={plan.num_splits} ctas={plan.ctas}", flush=True)
+
+        # 1. the timeline of CTA (0, 0, 0)
+        cfg = plan.config.with_(timeline=True)
+        buf = torch.zeros(TIMELINE_WORDS, dtype=torch.int32, device=device)
+        runs = []
+        for r in range(args.runs + 1):
+            p, fa, o = prepared[r % len(prepared)]
+            buf.zero_()
+            flush.zero_()
+            backend.launch(p, fa, o, config=cfg, trace_addr=buf.data_ptr())
+            torch.cuda.synchronize()
+            if r:  # the first run compiles / loads
+                runs.append([int(x) & 0xFFFFFFFF for x in buf.tolist()])
+        rel = {}  # (warp, event) -> [cycles after the earliest start], [ns]
+        for words in runs:
+            starts = [(words[2 * (wp * TIMELINE_SLOTS)], words[2 * (wp * TIMELINE_SLOTS) + 1]) for wp in range(12)]
+            starts = [s for s in starts if s != (0, 0)]
+            c0, g0 = earliest([s[0] for s in starts]), earliest([s[1] for s in starts])
+            for wp in range(12):
+                for e in range(TIMELINE_SLOTS):
+                    c, g = words[2 * (wp * TIMELINE_SLOTS + e)], words[2 * (wp * TIMELINE_SLOTS + e) + 1]
+                    if (c, g) != (0, 0):
+                        a, b = rel.setdefault((wp, e), ([], []))
+                        a.append((c - c0) & 0xFFFFFFFF)
+                        b.append((g - g0) & 0xFFFFFFFF)
+        print(f"   timeline of CTA (0,0,0), median of {len(runs)} runs (L2 flushed before each):")
+        for wp in range(12):
+            rows = sorted((statistics.median(a), statistics.median(b), e) for (ww, e), (a, b) in rel.items() if ww == wp)
+            for cyc, ns, e in rows:
+                print(f"   warp {wp:2d} {cyc:9.0f} cyc {ns:8.0f} ns  {names[e]}")
+        print(flush=True)
+
+        # 2. the cuts, by graph replay
+        if args.no_cuts:
+            continue
+        reps = rep_budget(True)
+        for stage in ("launch", "setup", "full"):
+            scfg = plan.config.with_(stage=stage)
+            fns = [(lambda p=p, fa=fa, o=o: backend.launch(p, fa, o, config=scfg)) for p, fa, o in prepared]
+            fns[0]()
+            torch.cuda.synchronize()
+            t = GraphTimer(fns, reps).time()
+            print(f"   stage {stage:6s}: {t['us']:7.2f} us per launch (graph replay, {len(fns)} input sets)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
