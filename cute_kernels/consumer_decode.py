@@ -95,6 +95,7 @@ class DecodeConsumer(ConsumerBase):
             for r in cutlass.range_constexpr(2):
                 row = rows_c[r, 0][0]
                 q_row_scale[r] = sScales[row, wg]
+            self.tracer.event(warp, "consumer Q converted", Int32(0), Int32(0))
             # ---- first block (highest), always masked ----
             n = n_max - 1
             hk = k_cons.wait_and_advance()
@@ -111,6 +112,7 @@ class DecodeConsumer(ConsumerBase):
             self.p_to_a(acc_S, tOrP, softmax, warp_live)
             if const_expr(self.pv_transposed):
                 decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
+            self.tracer.event(warp, "consumer P published: block", n, Int32(0))
             # ---- steady state: QK(n) overlaps PV(n+1) ----
             for i in cutlass.range(n_blocks - 1, unroll=1):
                 n = n_max - 2 - i
@@ -143,6 +145,7 @@ class DecodeConsumer(ConsumerBase):
                 self.p_to_a(acc_S, tOrP, softmax, warp_live)
                 if const_expr(self.pv_transposed):
                     decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
+                self.tracer.event(warp, "consumer P published: block", n, Int32(0))
             # ---- last PV ----
             if const_expr(not self.pv_transposed):
                 softmax.rescale(acc_O, row_scale)

@@ -45,6 +45,8 @@ for step in "$@"; do
     hf_32k)      run hf_32k 580 python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8 ;;
     hf_pad)      run hf_pad 400 python3 profiles/transformers_gemma4.py --prompt-len 4096 --batch 4 --pad 1000 --new-tokens 16 ;;
     split_breakdown) run split_breakdown 300 python3 profiles/split_breakdown.py ;;  # issue 22: call vs forward alone vs unsplit
+    latency_kernels) run latency_kernels 200 python3 profiles/latency_kernels.py --splits 0,1,8 ;;  # kernels per call, device time each
+    kernel_timeline) run kernel_timeline 240 python3 profiles/kernel_timeline.py ;;  # CTA (0,0,0)'s clock per event; launch/setup cuts
     many_splits) run many_splits 300 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs ;;
     launch_cost) run launch_cost 120 bash -c "nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost" ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;

@@ -14,7 +14,8 @@ head_dim 512 (k = v projection, ``attention_k_eq_v``); sliding layers with 16 kv
 a GPU the widths default to the 31B's (hidden 5376, vocab 262144) in bf16; on CPU to a tiny model
 in float32 (the reference kernel). Weights are transformers' own random init (std 0.02), seeded.
 
-Each implementation runs a warm-up prefill (compiles fa512's kernels), then a timed prefill of
+Each implementation runs a warm-up of the same shapes (a prefill and two generated tokens, so fa512's
+kernel variants are compiled or loaded before the clock starts), then a timed prefill of
 ``--batch`` prompts (``--pad`` tokens of left padding on every other prompt) keeping the logits
 of the last ``--keep`` positions, then ``generate`` for ``--new-tokens`` greedy tokens. Peak memory
 is CUDA's ``max_memory_allocated`` above what the model holds (CPU: not measured). sdpa at d512 on
@@ -110,7 +111,10 @@ def run_impl(model, impl, ids, mask, keep, new_tokens):
     oom = torch.cuda.OutOfMemoryError if device.type == "cuda" else ()
     try:
         with torch.no_grad():
-            model(ids[:, -min(ids.shape[1], 128):], logits_to_keep=1)  # warm-up (fa512 compiles here)
+            # Warm-up with the timed shapes: the prefill and the decode steps compile (or load) their
+            # own kernel variants, which a shorter warm-up prompt would leave to the timed runs.
+            model(ids, attention_mask=mask, logits_to_keep=1)
+            model.generate(ids, attention_mask=mask, max_new_tokens=2, min_new_tokens=2, do_sample=False, pad_token_id=0)
             with _Peak(device) as peak:
                 logits = model(ids, attention_mask=mask, logits_to_keep=keep).logits
             result.update(prefill_s=peak.seconds, prefill_gib=peak.gib, logits=logits.float().cpu())
