@@ -37,14 +37,16 @@ for step in "$@"; do
       run "$step" 300 $smoke --no-perf --case "${step#mma16case_}" --out "$OUT/$step" ;;
     mma16_quick) run mma16_quick 500 $smoke --quick --out "$OUT/mma16_quick" ;;
     gpu_tests)   run gpu_tests 580 python3 -m pytest -q -m gpu tests -x -rs ;;  # > 580 s on a fresh machine: use the halves
-    # the whole GPU suite in two halves (each ~3-7 min warm; the Triton fuzz compiles its cases first)
-    gpu_tests_kernels) run gpu_tests_kernels 580 python3 -m pytest -q -m gpu tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py -rs ;;
-    gpu_tests_tools)   run gpu_tests_tools 580 python3 -m pytest -q -m gpu tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py -rs ;;
+    # the whole GPU suite in two halves: kernels 175 s, tools 657 s on 2026-12-02 (over the 600 s a call
+    # may run: start the tools half in the background, as profiles/results/2026-12-02-h200-s16/s16_a.sh does)
+    gpu_tests_kernels) run gpu_tests_kernels 580 python3 -m pytest -q -m gpu --durations=15 tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py -rs ;;
+    gpu_tests_tools)   run gpu_tests_tools 580 python3 -m pytest -q -m gpu --durations=15 tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py -rs ;;
     hf_tests)    run hf_tests 580 python3 -m pytest -q tests/test_transformers_integration.py -rs ;;  # issue 25 acceptance
     hf_4k)       run hf_4k 580 python3 profiles/transformers_gemma4.py --prompt-len 4096 --new-tokens 32 ;;
     hf_32k)      run hf_32k 580 python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8 ;;
     hf_pad)      run hf_pad 400 python3 profiles/transformers_gemma4.py --prompt-len 4096 --batch 4 --pad 1000 --new-tokens 16 ;;
     split_breakdown) run split_breakdown 300 python3 profiles/split_breakdown.py ;;  # issue 22: call vs forward alone vs unsplit
+    split_sweep) run split_sweep 400 bash -c "for k in fp8_mma mma16-bf16; do python3 profiles/split_breakdown.py --kernel \$k --sweep 8,16,24,32,48,64,96,128,192,256; done" ;;  # the planner refit's data
     latency_kernels) run latency_kernels 200 python3 profiles/latency_kernels.py --splits 0,1,8 ;;  # kernels per call, device time each
     kernel_timeline) run kernel_timeline 240 python3 profiles/kernel_timeline.py ;;  # CTA (0,0,0)'s clock per event; launch/setup cuts
     many_splits) run many_splits 300 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs ;;

@@ -12,7 +12,12 @@ does, `bench_grid.latency_sets`):
 ``call - fwd`` is what the combine costs after the forward (PDL overlaps its launch), ``fwd`` at
 64 keys (the floor case) the fixed cost of one forward. GPU only; prints one line per case.
 
+``--sweep 16,32,64,...``: instead, the call at each of those split counts (and the planned one),
+by the same graph replay, one line per case: the measurements a refit of the planner's time
+model (`fa512.planning.splits`) needs.
+
     PYTHONPATH=python:. python3 profiles/split_breakdown.py [--kernel fp8_mma] [--case MTP,decode]
+    PYTHONPATH=python:. python3 profiles/split_breakdown.py --kernel mma16-bf16 --sweep 8,16,24,32,48,64,128
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default="fp8_mma", help="fp8_mma | mma16 (fp8 KV) | mma16-bf16")
     ap.add_argument("--case", default="", help="comma list of case-name substrings (default: all)")
     ap.add_argument("--quick", action="store_true", help="shorter timing budgets")
+    ap.add_argument("--sweep", default="", help="comma list of num_splits to time the call at (see above)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("split_breakdown: needs a CUDA GPU", file=sys.stderr)
@@ -35,6 +41,7 @@ def main(argv=None) -> int:
 
     import fa512
     from fa512.call import make_call
+    from fa512.contract import MAX_SPLITS
     from fa512.launch.partials import partials
     from fa512.tools.bench import GraphTimer, _make_set, copy_timer, rep_budget
     from fa512.tools.bench_grid import LATENCY_CASES, latency_sets, work
@@ -44,7 +51,11 @@ def main(argv=None) -> int:
     reps = rep_budget(args.quick)
     wanted = [s for s in args.case.split(",") if s]
     l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
-    print(f"{'case':30s} {'splits':>6s} {'CTAs':>5s} {'call us':>8s} {'fwd us':>8s} {'unsplit':>8s} {'copy us':>8s}")
+    sweep = sorted({int(x) for x in args.sweep.split(",") if x})
+    if sweep:
+        print(f"{'case':30s} {'plan':>5s} {'copy us':>8s}  call us at num_splits = ...")
+    else:
+        print(f"{'case':30s} {'splits':>6s} {'CTAs':>5s} {'call us':>8s} {'fwd us':>8s} {'unsplit':>8s} {'copy us':>8s}")
     for case in LATENCY_CASES:
         if wanted and not any(w in case.name for w in wanted):
             continue
@@ -60,8 +71,12 @@ def main(argv=None) -> int:
         def fwd(c):
             return lambda: partials(make_call(c.q, c.k, c.v, **c.kwargs(), kernel=kernel, num_splits=splits))
 
-        timers = {"call": [call(c, o) for c, o in sets], "fwd": [fwd(c) for c, _ in sets],
-                  "unsplit": [call(c, o, 1) for c, o in sets]}
+        if sweep:
+            counts = sorted({splits, *(n for n in sweep if 1 <= n <= MAX_SPLITS)})
+            timers = {n: [call(c, o, n) for c, o in sets] for n in counts}
+        else:
+            timers = {"call": [call(c, o) for c, o in sets], "fwd": [fwd(c) for c, _ in sets],
+                      "unsplit": [call(c, o, 1) for c, o in sets]}
         for fns in timers.values():  # compile and warm outside the captures
             fns[0]()
         torch.cuda.synchronize()
@@ -69,6 +84,10 @@ def main(argv=None) -> int:
         before = copy.time()["us"]
         us = {name: GraphTimer(fns, reps).time()["us"] for name, fns in timers.items()}
         after = copy.time()["us"]
+        if sweep:
+            cells = "  ".join(f"{n}:{t:.2f}" + ("*" if n == splits else "") for n, t in us.items())
+            print(f"{case.name:30s} {splits:5d} {(before + after) / 2:8.2f}  {cells}", flush=True)
+            continue
         print(f"{case.name:30s} {splits:6d} {plan.ctas:5d} {us['call']:8.2f} {us['fwd']:8.2f} {us['unsplit']:8.2f} "
               f"{(before + after) / 2:8.2f}", flush=True)
     return 0

@@ -172,6 +172,12 @@ def main(argv=None):
           f"the rest sliding d256 Hkv=16), hidden {hidden}, vocab {vocab}, {dtype}, {a.device}; batch {a.batch} x "
           f"{prompt_len} tokens (left pad {a.pad} on every other), {a.new_tokens} greedy tokens")
 
+    if on_gpu:  # a GPU run without the CuTe DSL is served by Triton: say so before the numbers
+        from fa512.backends.registry import BACKENDS
+
+        why = BACKENDS["mma16"].unavailable()
+        if why is not None:
+            print(f"note: fa512's SM90 kernels are unavailable here ({why}); 'auto' serves d512 with Triton")
     results = []
     for impl in impls:
         fa512_hf.reset()
