@@ -71,27 +71,39 @@ def earliest(stamps) -> int:
     return (ref + min(((x - ref + 2**31) & 0xFFFFFFFF) - 2**31 for x in stamps)) & 0xFFFFFFFF
 
 
-def decode_timeline(words, clock_ghz: float = 0.0) -> list:
-    """Readable lines from a timeline buffer: per warp, each event seen, in time order, as cycles
-    after the earliest warp's "start" (and ns of the global timer). ``clock_ghz`` > 0 adds the
-    cycles as ns at that clock."""
-    names = TRACE_EVENTS + ("exit",)
-    slots = [(w, e, words[2 * (w * TIMELINE_SLOTS + e)], words[2 * (w * TIMELINE_SLOTS + e) + 1])
-             for w in range(NUM_THREADS // 32) for e in range(TIMELINE_SLOTS)]
-    seen = [s for s in slots if s[2] != 0 or s[3] != 0]
+def timeline_offsets(words) -> dict:
+    """{(warp, event slot): (cycles, ns)} of a timeline buffer, each after the earliest warp's
+    "start" (SM clock cycles; global timer ns). Slots never written (both words 0) are absent."""
+    seen = {}
+    for w in range(NUM_THREADS // 32):
+        for e in range(TIMELINE_SLOTS):
+            c, g = words[2 * (w * TIMELINE_SLOTS + e)], words[2 * (w * TIMELINE_SLOTS + e) + 1]
+            if c != 0 or g != 0:
+                seen[w, e] = (c & 0xFFFFFFFF, g & 0xFFFFFFFF)
     if not seen:
+        return {}
+    starts = [v for (w, e), v in seen.items() if e == 0] or list(seen.values())
+    c0, g0 = earliest([c for c, _ in starts]), earliest([g for _, g in starts])
+    return {k: ((c - c0) & 0xFFFFFFFF, (g - g0) & 0xFFFFFFFF) for k, (c, g) in seen.items()}
+
+
+def timeline_lines(offsets: dict, clock_ghz: float = 0.0) -> list:
+    """Per warp, its events in time order, from `timeline_offsets` (or medians of several runs'
+    offsets): cycles, optionally as ns at ``clock_ghz``, and the global timer's ns."""
+    if not offsets:
         return ["timeline: no event recorded"]
-    starts = [s for s in seen if s[1] == 0] or seen
-    c0 = earliest([s[2] for s in starts])
-    g0 = earliest([s[3] for s in starts])
+    names = TRACE_EVENTS + ("exit",)
     out = []
     for w in range(NUM_THREADS // 32):
-        mine = sorted((((c & 0xFFFFFFFF) - c0) & 0xFFFFFFFF, ((g & 0xFFFFFFFF) - g0) & 0xFFFFFFFF, e)
-                      for ww, e, c, g in seen if ww == w)
-        for cyc, ns, e in mine:
+        for cyc, ns, e in sorted((c, g, e) for (ww, e), (c, g) in offsets.items() if ww == w):
             at = f" = {cyc / clock_ghz:8.0f} ns" if clock_ghz > 0 else ""
-            out.append(f"warp {w:2d} (WG{w // 4}) {cyc:8d} cyc{at}  (timer {ns:6d} ns)  {names[e]}")
+            out.append(f"warp {w:2d} (WG{w // 4}) {cyc:8.0f} cyc{at}  (timer {ns:6.0f} ns)  {names[e]}")
     return out
+
+
+def decode_timeline(words, clock_ghz: float = 0.0) -> list:
+    """Readable lines from one timeline buffer (`timeline_offsets`, `timeline_lines`)."""
+    return timeline_lines(timeline_offsets(words), clock_ghz)
 
 
 class Tracer:
@@ -157,4 +169,4 @@ class Tracer:
 
 
 __all__ = ["TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
-           "decode_trace", "earliest", "Tracer"]
+           "decode_trace", "earliest", "timeline_lines", "timeline_offsets", "Tracer"]

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
         print("kernel_timeline: needs a CUDA GPU", file=sys.stderr)
         return 2
 
-    from cute_kernels.diagnostics import TIMELINE_SLOTS, TIMELINE_WORDS, TRACE_EVENTS, earliest
+    from cute_kernels.diagnostics import TIMELINE_WORDS, timeline_lines, timeline_offsets
     from fa512.backends.registry import BACKENDS
     from fa512.call import make_call
     from fa512.planning.dispatch import make_plan, target_of
@@ -47,7 +47,6 @@ def main(argv=None) -> int:
     device = torch.device("cuda")
     l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
     flush = torch.empty(4 * l2, dtype=torch.uint8, device=device)
-    names = TRACE_EVENTS + ("exit",)
     wanted = [s for s in args.case.split(",") if s]
     for case in LATENCY_CASES:
         if not any(w in case.name for w in wanted):
@@ -75,23 +74,12 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             if r:  # the first run compiles / loads
                 runs.append([int(x) & 0xFFFFFFFF for x in buf.tolist()])
-        rel = {}  # (warp, event) -> [cycles after the earliest start], [ns]
-        for words in runs:
-            starts = [(words[2 * (wp * TIMELINE_SLOTS)], words[2 * (wp * TIMELINE_SLOTS) + 1]) for wp in range(12)]
-            starts = [s for s in starts if s != (0, 0)]
-            c0, g0 = earliest([s[0] for s in starts]), earliest([s[1] for s in starts])
-            for wp in range(12):
-                for e in range(TIMELINE_SLOTS):
-                    c, g = words[2 * (wp * TIMELINE_SLOTS + e)], words[2 * (wp * TIMELINE_SLOTS + e) + 1]
-                    if (c, g) != (0, 0):
-                        a, b = rel.setdefault((wp, e), ([], []))
-                        a.append((c - c0) & 0xFFFFFFFF)
-                        b.append((g - g0) & 0xFFFFFFFF)
+        per_run = [timeline_offsets(words) for words in runs]
+        median = {k: tuple(statistics.median(r[k][i] for r in per_run if k in r) for i in (0, 1))
+                  for k in set().union(*per_run)}
         print(f"   timeline of CTA (0,0,0), median of {len(runs)} runs (L2 flushed before each):")
-        for wp in range(12):
-            rows = sorted((statistics.median(a), statistics.median(b), e) for (ww, e), (a, b) in rel.items() if ww == wp)
-            for cyc, ns, e in rows:
-                print(f"   warp {wp:2d} {cyc:9.0f} cyc {ns:8.0f} ns  {names[e]}")
+        for line in timeline_lines(median):
+            print("   " + line)
         print(flush=True)
 
         # 2. the cuts, by graph replay
