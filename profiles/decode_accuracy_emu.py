@@ -28,7 +28,6 @@ def main(argv=None) -> int:
     ap.add_argument("--stds", default="1,3,10")
     args = ap.parse_args(argv)
 
-    import fa512
     from cute_kernels.variants import default_config
     from fa512.call import make_call
     from fa512.numerics.emulation import emulate_forward, fp8_mma_design, make_design
