@@ -40,19 +40,13 @@ def main(argv=None) -> int:
     from fa512.call import make_call
     from fa512.planning.dispatch import make_plan, target_of
     from fa512.planning.validate import check
-    from fa512.tools.bench import GraphTimer, _make_set, rep_budget
-    from fa512.tools.bench_grid import LATENCY_CASES, latency_sets, work
+    from fa512.tools.bench import PROFILE_KERNELS, GraphTimer, profile_latency_inputs, rep_budget
 
-    kernel, kv = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}[args.kernel]
+    kernel, kv = PROFILE_KERNELS[args.kernel]
     device = torch.device("cuda")
     l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
     flush = torch.empty(4 * l2, dtype=torch.uint8, device=device)
-    wanted = [s for s in args.case.split(",") if s]
-    for case in LATENCY_CASES:
-        if not any(w in case.name for w in wanted):
-            continue
-        w = work(case.point, case.hq, case.hkv, 1 if kv == "fp8" else 2)
-        sets = [_make_set(case.point, case.heads, kv, 100 + i, device) for i in range(latency_sets(w["bytes"], l2))]
+    for case, _, sets in profile_latency_inputs(args.case, kv, device):
         prepared = []
         for c, o in sets:
             problem, fargs = check(make_call(c.q, c.k, c.v, **c.kwargs(), kernel=kernel))

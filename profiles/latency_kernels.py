@@ -30,19 +30,12 @@ def main(argv=None) -> int:
         return 2
 
     import fa512
-    from fa512.tools.bench import _make_set
-    from fa512.tools.bench_grid import LATENCY_CASES, latency_sets, work
+    from fa512.tools.bench import PROFILE_KERNELS, profile_latency_inputs
     from torch.profiler import ProfilerActivity, profile
 
-    kernel, kv = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}[args.kernel]
+    kernel, kv = PROFILE_KERNELS[args.kernel]
     device = torch.device("cuda")
-    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
-    wanted = [s for s in args.case.split(",") if s]
-    for case in LATENCY_CASES:
-        if wanted and not any(w in case.name for w in wanted):
-            continue
-        w = work(case.point, case.hq, case.hkv, 1 if kv == "fp8" else 2)
-        sets = [_make_set(case.point, case.heads, kv, 100 + i, device) for i in range(latency_sets(w["bytes"], l2))]
+    for case, _, sets in profile_latency_inputs(args.case, kv, device):
         for s in [int(x) for x in args.splits.split(",")]:
             calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel, num_splits=s))
                      for c, o in sets]

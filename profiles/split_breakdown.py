@@ -43,24 +43,17 @@ def main(argv=None) -> int:
     from fa512.call import make_call
     from fa512.contract import MAX_SPLITS
     from fa512.launch.partials import partials
-    from fa512.tools.bench import GraphTimer, _make_set, copy_timer, rep_budget
-    from fa512.tools.bench_grid import LATENCY_CASES, latency_sets, work
+    from fa512.tools.bench import PROFILE_KERNELS, GraphTimer, copy_timer, profile_latency_inputs, rep_budget
 
-    kernel, kv = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}[args.kernel]
+    kernel, kv = PROFILE_KERNELS[args.kernel]
     device = torch.device("cuda")
     reps = rep_budget(args.quick)
-    wanted = [s for s in args.case.split(",") if s]
-    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
     sweep = sorted({int(x) for x in args.sweep.split(",") if x})
     if sweep:
         print(f"{'case':30s} {'plan':>5s} {'copy us':>8s}  call us at num_splits = ...")
     else:
         print(f"{'case':30s} {'splits':>6s} {'CTAs':>5s} {'call us':>8s} {'fwd us':>8s} {'unsplit':>8s} {'copy us':>8s}")
-    for case in LATENCY_CASES:
-        if wanted and not any(w in case.name for w in wanted):
-            continue
-        w = work(case.point, case.hq, case.hkv, 1 if kv == "fp8" else 2)
-        sets = [_make_set(case.point, case.heads, kv, 100 + i, device) for i in range(latency_sets(w["bytes"], l2))]
+    for case, w, sets in profile_latency_inputs(args.case, kv, device):
         first = sets[0][0]
         plan = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel)
         splits = plan.num_splits

@@ -57,6 +57,7 @@ import torch
 from .ab import kernel_refusal
 from .bench_grid import (  # noqa: F401 - keys_read, visible_pairs: re-exported for callers of this module
     KV_DTYPES,
+    LATENCY_CASES,
     LATENCY_L2_BYTES,
     LATENCY_PAGE_SIZE,
     MEMORY_FRACTION,
@@ -233,6 +234,24 @@ def measure_ceilings(timer: CeilingTimer) -> dict:
         "fp8_gemm_precise": timer.fp8_gemm(fast=False),
         "copy": timer.copy(),
     }
+
+
+# ``--kernel`` of the latency profiles (profiles/split_breakdown.py, latency_kernels.py,
+# kernel_timeline.py): the kernel and the KV dtype of its inputs
+PROFILE_KERNELS = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}
+
+
+def profile_latency_inputs(names: str, kv: str, device, seed: int = 100):
+    """For the latency cases whose names contain one of the comma-separated ``names`` (all when
+    empty): (case, its `work`, input sets rotated so the L2 is cold, as `bench_latency` times
+    them), one case at a time."""
+    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
+    wanted = [s for s in names.split(",") if s]
+    for case in LATENCY_CASES:
+        if wanted and not any(w in case.name for w in wanted):
+            continue
+        w = work(case.point, case.hq, case.hkv, KV_DTYPES[kv].itemsize)
+        yield case, w, [_make_set(case.point, case.heads, kv, seed + i, device) for i in range(latency_sets(w["bytes"], l2))]
 
 
 def _make_set(point: Point, heads: str, kv: str, seed: int, device):
