@@ -381,8 +381,8 @@ class Sm90FwdConfig:
             )
         if self.pv_promote and self.mma_path != "fp8_mma":
             return False, f"pv_promote guards FP8 wgmma accumulation: it needs mma_path='fp8_mma', got {self.mma_path!r}"
-        if self.pv_promote and self.layout != "split_d":
-            return False, f"pv_promote is built with layout 'split_d' only, got {self.layout!r}"
+        if self.pv_promote and self.layout not in ("split_d", "alternate"):
+            return False, f"pv_promote is built with layouts 'split_d' and 'alternate', got {self.layout!r}"
         if self.pv_promote and self.split:
             return False, "pv_promote is not built with split partials (see with_split)"
         if self.stage not in STAGES:

@@ -17,6 +17,12 @@ w syncs before rewriting it (from its second block on; the other skips the arriv
 writes no further block). Q_READY (id 6, `mma_paths`): both e4m3 Q halves are written. Each K
 stage is released by the one warpgroup that read it (4 warp arrivals).
 
+Long contexts (``pv_promote``, `_promoted_blocks`): the same hand-off, with every P.V of a
+block run as four 64-column slices into zeroed fp32 temporaries that are added into O
+(O = O * factor + T, `ConsumerBase.add_slice`), so FP8 wgmma never accumulates across blocks.
+Each warpgroup waits for its S before it runs the P.Vs (the temporaries and S do not both fit
+its registers), so the overlap is only across the two warpgroups.
+
 Each warpgroup's code is traced separately, with the warpgroup index a compile-time constant,
 so every barrier id and slot offset is an immediate (run-time ids ran 922 against 945 TFLOP/s
 on the 8k prefill, H200 2026-11-30).
@@ -31,7 +37,7 @@ from cutlass.cute.nvgpu import warpgroup
 
 from .consumer_base import ConsumerArgs, ConsumerBase, mask_and_step
 from .fp8_operands import P_TILE_BYTES, store_p_tile
-from .fragments import acc_mn_view
+from .fragments import acc_mn_view, wgmma
 
 BAR_P_FULL = 9  # + w: WG w wrote P and its softmax state to slot w (128 arrive + 128 sync)
 BAR_P_FREE = 11  # + w: the other WG's P.V has read slot w (128 arrive + 128 sync)
@@ -79,7 +85,16 @@ class AlternateConsumer(ConsumerBase):
                 row = rows_c[r, 0][0]
                 q_row_scale[r] = sScales[row, 0]
                 q_row_scale_hi[r] = sScales[row, 1]
-            if wg == 0:
+            if const_expr(self.cfg.pv_promote):
+                if wg == 0:
+                    self._promoted_blocks(0, tidx_wg, args, tSrQ, tSrK, sVt_w, acc_O, s_shape, tScS, tOrP, softmax,
+                                          row_scale, q_row_scale, q_row_scale_hi, mask, n_max, n_blocks, k_cons,
+                                          v_cons, warp_live)
+                else:
+                    self._promoted_blocks(1, tidx_wg, args, tSrQ, tSrK, sVt_w, acc_O, s_shape, tScS, tOrP, softmax,
+                                          row_scale, q_row_scale, q_row_scale_hi, mask, n_max, n_blocks, k_cons,
+                                          v_cons, warp_live)
+            elif wg == 0:
                 self._alternate_blocks(
                     0, tidx_wg, args.storage, args.tiled_mma_qk, tSrQ, tSrK, args.tiled_mma_pv, tOrVt, sVt_w, acc_O, s_shape,
                     tScS, tOrP, softmax, row_scale, q_row_scale, q_row_scale_hi, mask, n_max, n_blocks,
@@ -184,6 +199,86 @@ class AlternateConsumer(ConsumerBase):
         else:
             warpgroup.wait_group(0)
             v_free.current_handle().release()
+
+    @cute.jit
+    def _promoted_blocks(
+        self, wg: cutlass.Constexpr[int], tidx_wg, args, tSrQ, tSrK, sVt_w, acc_O, s_shape, tScS, tOrP, softmax,
+        row_scale, q_scale_lo, q_scale_hi, mask, n_max, n_blocks, k_cons, v_cons, warp_live,
+    ):
+        """Every block of the tile with the promoted P.V (module docstring). Per own block j: S(j),
+        the state block j-1 left, the softmax step, P(j) published, then P(j-1).V from the slot
+        and P(j).V from registers, in block order (each V stage released right after this
+        warpgroup's P.V of it)."""
+        sP, p_words, state = self._alternate_views(args.storage)
+        rs = self.warpgroup_mma(64, a_in_regs=True)  # slice MMAs: P from registers, P from a slot
+        ss = self.warpgroup_mma(64)
+        thr_rs, thr_ss = rs.get_slice(tidx_wg), ss.get_slice(tidx_wg)
+        slices = [cute.local_tile(sVt_w, (64, self.tile_n), (j, 0, None)) for j in range(self.half_d // 64)]
+        vt_rs = [thr_rs.make_fragment_B(thr_rs.partition_B(v)) for v in slices]
+        vt_ss = [thr_ss.make_fragment_B(thr_ss.partition_B(v)) for v in slices]
+        sP_a = thr_ss.make_fragment_A(thr_ss.partition_A(sP))
+        temps = [thr_rs.make_fragment_C(thr_rs.partition_shape_C((self.tile_m, 64))) for _ in range(2)]
+        mine = state[tidx_wg, None, wg]
+        theirs = state[tidx_wg, None, 1 - wg]
+        corr = cute.make_rmem_tensor(2, Float32)  # O's factor before the other's block
+        if wg == 0:  # block 0: the first softmax step; O is zero, so its factor is 1
+            hk = k_cons.wait()
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            acc_T = cute.make_rmem_tensor(s_shape, Float32)
+            self.qk(args.tiled_mma_qk, acc_S, tSrQ, tSrK, hk.index, None, acc_T)
+            warpgroup.wait_group(0)
+            hk.release()
+            self._own_softmax(acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n_max - 1, softmax, row_scale,
+                              tOrP, warp_live, True)
+            self._publish(tOrP, softmax, row_scale, p_words, mine, tidx_wg, wg, False)
+            corr.fill(1.0)
+            hv = v_cons.wait_and_advance()
+            self._pv_promoted(rs, tOrP, vt_rs, temps, acc_O, corr, hv.index)
+            hv.release()
+        k_cons.advance(2 - wg)  # WG 0: past blocks 0 and 1 (WG 1's); WG 1: past block 0
+        for j in cutlass.range(2 - wg, n_blocks, 2, unroll=1):
+            hk = k_cons.wait_and_advance()
+            k_cons.advance()  # block j+1 is the other's
+            acc_S = cute.make_rmem_tensor(s_shape, Float32)
+            acc_T = cute.make_rmem_tensor(s_shape, Float32)
+            self.qk(args.tiled_mma_qk, acc_S, tSrQ, tSrK, hk.index, None, acc_T)
+            cute.arch.barrier(barrier_id=BAR_P_FULL + 1 - wg, number_of_threads=256)  # block j-1 published
+            _load_state(softmax, corr, theirs)
+            warpgroup.wait_group(0)
+            hk.release()
+            self._own_softmax(acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n_max - 1 - j, softmax, row_scale,
+                              tOrP, warp_live, False)
+            self._publish(tOrP, softmax, row_scale, p_words, mine, tidx_wg, wg, j >= 2)
+            hv = v_cons.wait_and_advance()  # block j-1, the other's: P from its slot
+            self._pv_promoted(ss, sP_a[None, None, None, 1 - wg], vt_ss, temps, acc_O, corr, hv.index)
+            hv.release()
+            if j + 1 < n_blocks:
+                cute.arch.barrier_arrive(barrier_id=BAR_P_FREE + 1 - wg, number_of_threads=256)
+            hv = v_cons.wait_and_advance()  # block j, this warpgroup's: P from registers
+            self._pv_promoted(rs, tOrP, vt_rs, temps, acc_O, row_scale, hv.index)
+            hv.release()
+        if (n_blocks - 1) % 2 != wg:  # the last block is the other's
+            cute.arch.barrier(barrier_id=BAR_P_FULL + 1 - wg, number_of_threads=256)
+            _load_state(softmax, corr, theirs)
+            hv = v_cons.wait_and_advance()
+            self._pv_promoted(ss, sP_a[None, None, None, 1 - wg], vt_ss, temps, acc_O, corr, hv.index)
+            hv.release()
+
+    @cute.jit
+    def _pv_promoted(self, tiled, tA, vt, temps, acc_O, scale, v_idx):
+        """O[:, slice] = O * scale[row] + P V[:, slice] for the four 64-column slices of this
+        warpgroup's O half, each product from zero; slice j+1 runs while slice j is added.
+        Returns with every MMA group complete."""
+        n = self.half_d // 64
+        for j in cutlass.range_constexpr(n):
+            warpgroup.fence()
+            wgmma(tiled, temps[j % 2], tA, vt[j][None, None, None, v_idx], zero_init=True)
+            warpgroup.commit_group()
+            if const_expr(j > 0):
+                warpgroup.wait_group(1)
+                self.add_slice(acc_O, temps[(j - 1) % 2], j - 1, scale)
+        warpgroup.wait_group(0)
+        self.add_slice(acc_O, temps[(n - 1) % 2], n - 1, scale)
 
     @cute.jit
     def _own_softmax(self, acc_S, acc_T, q_scale_lo, q_scale_hi, mask, tScS, n, softmax, row_scale, tOrP, warp_live,

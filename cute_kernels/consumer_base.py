@@ -32,7 +32,7 @@ from cutlass import BFloat16, Float16, Float32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .fp8_operands import p_to_fp8_a
-from .fragments import acc_as_a_view, wgmma
+from .fragments import acc_as_a_view, acc_mn_view, wgmma
 from .softmax import OnlineSoftmax
 
 BAR_S_READY = 1  # both consumer WGs: partial S tiles written (256 threads, sync)
@@ -187,6 +187,18 @@ class ConsumerBase:
         warpgroup.fence()
         wgmma(tiled_mma_pv, acc_O, tOrP, tOrVt[None, None, None, v_idx], zero_init=False)
         warpgroup.commit_group()
+
+    @cute.jit
+    def add_slice(self, acc_O, temp, j: cutlass.Constexpr[int], scale):
+        """O[:, slice j] = O * scale[row] + T (fp8_mma's promoted P.V, 64-column slice j of this
+        warpgroup's O half): the online-softmax rescale of O is folded in, so O is touched once
+        per block (a separate conditional rescale pass spilled O). In the accumulator's (rows,
+        cols) view a thread's columns of slice j are O's columns 16j .. 16j+15."""
+        o_mn = acc_mn_view(acc_O)
+        t_mn = acc_mn_view(temp)
+        for r in cutlass.range_constexpr(cute.size(t_mn, mode=[0])):
+            for c in cutlass.range_constexpr(cute.size(t_mn, mode=[1])):
+                o_mn[r, 16 * j + c] = o_mn[r, 16 * j + c] * scale[r] + t_mn[r, c]
 
     @cute.jit
     def p_to_a(self, acc_S, tOrP, softmax, warp_live):

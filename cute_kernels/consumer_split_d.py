@@ -250,11 +250,9 @@ class SplitDConsumer(ConsumerBase):
 
     # -- fp8_mma pv_promote: P.V of one block in four 64-column slices --------------------------
     # Slice j (columns 64j.. of this warpgroup's O half) runs into a zeroed fp32 temporary that
-    # is then added into O: the tensor core never accumulates across blocks, so each block's sum
-    # starts from zero and O itself is summed in fp32. One temporary (a second one, so that
-    # slice j+1 runs while slice j is added, spilled). In the accumulator's (rows, cols) view a
-    # thread's columns of slice j are O's columns 16j .. 16j+15 (8-column groups 8j .. 8j+7,
-    # `fragments`).
+    # is then added into O (`ConsumerBase.add_slice`): the tensor core never accumulates across
+    # blocks, so each block's sum starts from zero and O itself is summed in fp32. One temporary
+    # (a second one, so that slice j+1 runs while slice j is added, spilled).
 
     def _promote_parts(self, sVt_w, tidx_wg, tOrP):
         """(slice MMA, V^T fragment per slice, the temporary, P of the next block, the O rescale
@@ -274,26 +272,16 @@ class SplitDConsumer(ConsumerBase):
         warpgroup.commit_group()
 
     @cute.jit
-    def _add_slice(self, acc_O, temp, j: cutlass.Constexpr[int], scale):
-        """O[:, slice j] = O * scale[row] + T: the online-softmax rescale of O is folded in, so
-        O is touched once per block (a separate conditional rescale pass spilled O)."""
-        o_mn = acc_mn_view(acc_O)
-        t_mn = acc_mn_view(temp)
-        for r in cutlass.range_constexpr(cute.size(t_mn, mode=[0])):
-            for c in cutlass.range_constexpr(cute.size(t_mn, mode=[1])):
-                o_mn[r, 16 * j + c] = o_mn[r, 16 * j + c] * scale[r] + t_mn[r, c]
-
-    @cute.jit
     def _pv_promote_rest(self, promo, acc_O, tOrP, v_idx):
         """Slice 0 is in flight (the last group committed); add each finished slice into O and
         issue the next; returns with every group complete."""
         n_slices = self.half_d // 64
         for j in cutlass.range_constexpr(1, n_slices):
             warpgroup.wait_group(0)
-            self._add_slice(acc_O, promo.temp, j - 1, promo.scale)
+            self.add_slice(acc_O, promo.temp, j - 1, promo.scale)
             self._pv_slice(promo, j, tOrP, v_idx)
         warpgroup.wait_group(0)
-        self._add_slice(acc_O, promo.temp, n_slices - 1, promo.scale)
+        self.add_slice(acc_O, promo.temp, n_slices - 1, promo.scale)
 
 
 __all__ = ["SplitDConsumer", "PromoteParts"]

@@ -68,6 +68,8 @@ def default_config(
             regs = dict(layout="decode")
         elif mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
+            if tile_n == 64 and max_seqlen_q * pack > TILE_M:
+                regs["layout"] = "alternate"  # several M tiles: the alternating layout, promoted
         elif tile_n == 64 and max_seqlen_q * pack > TILE_M:
             # Sequences of several M tiles (prefill, chunked prefill): V^T transposed once per
             # key block by the prepass and the warpgroups taking the key blocks in turn (each
@@ -128,7 +130,8 @@ def variant_list(full: bool = True) -> list:
                 for split in (False, True):
                     # fp8_mma: one-tile split-d, long-context (promoted), decode tiles and
                     # multi-tile (alternating warpgroups, V^T from the prepass); dequant: one variant
-                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M)):
+                    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M),
+                                          (PV_PROMOTE_MIN_KEYS, TILE_M)):
                         if queries == 1 and mask == "causal":
                             continue  # one query sees every key: the dispatch masks it as "none"
                         cfg = default_config(

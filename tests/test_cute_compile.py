@@ -56,7 +56,7 @@ def _dispatch_inputs(cfg):
     """Every `default_config` input that could give ``cfg`` (its own fields, the host bounds on
     keys and queries that pick fp8_mma's layouts)."""
     fp8 = cfg.kv_dtype == "fp8_e4m3"
-    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M)):
+    for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M), (PV_PROMOTE_MIN_KEYS, TILE_M)):
         yield dict(kv_dtype=cfg.kv_dtype, q_dtype=cfg.q_dtype, mask=cfg.mask, paged=cfg.is_paged,
                    page_size=cfg.page_size, group=cfg.qhead_per_kvhead, split=cfg.split, descale=cfg.descale,
                    fp8_mma=fp8 and cfg.mma_path == "fp8_mma", max_seqlen_k=keys, max_seqlen_q=queries)
@@ -220,8 +220,9 @@ def test_fp8_mma_promotes_pv_where_the_registers_allow():
 def test_fp8_mma_alternates_on_the_prepass_for_multi_tile_sequences():
     """fp8_mma runs sequences of several M tiles (prefill, chunked prefill) with V^T from the
     prepass (`cute_kernels.v_prepass`) and the warpgroups taking the key blocks in turn, split or
-    not, any mask; one-tile decode, unknown query counts, long contexts (the promoted P.V is
-    split-d only) and page size 32 do not. The layout is refused where it cannot apply."""
+    not, any mask, promoted from `PV_PROMOTE_MIN_KEYS` keys (masks none and causal); one-tile
+    decode, unknown query counts and page size 32 do not. The layout is refused where it cannot
+    apply."""
     kw = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", paged=True, page_size=64, group=8, fp8_mma=True, mask="causal")
     prefill = default_config(max_seqlen_q=9, max_seqlen_k=4096, **kw)  # 9 queries x G=8 > 64 rows
     assert prefill.layout == "alternate" and prefill.vt_prepass and not prefill.qk_rows
@@ -229,14 +230,18 @@ def test_fp8_mma_alternates_on_the_prepass_for_multi_tile_sequences():
     for cfg in (prefill, prefill.with_split(True), default_config(max_seqlen_q=9, max_seqlen_k=4096, **{**kw, "mask": "local"}),
                 default_config(max_seqlen_q=8192, max_seqlen_k=8192, **{**kw, "paged": False, "page_size": 0})):
         assert cfg.layout == "alternate" and cfg.vt_prepass and cfg.can_implement()[0], cfg.key()
-    for q, k, page in ((1, 4096, 64), (8, 4096, 64), (0, 4096, 64), (4096, PV_PROMOTE_MIN_KEYS, 64), (4096, 4096, 32)):
+    long = default_config(max_seqlen_q=4096, max_seqlen_k=PV_PROMOTE_MIN_KEYS, **kw)
+    assert long.layout == "alternate" and long.pv_promote and long.vt_prepass and long.can_implement()[0]
+    assert long.key().endswith("-alternate-r24-240-promote") and not long.with_split(True).pv_promote
+    assert not default_config(max_seqlen_q=4096, max_seqlen_k=PV_PROMOTE_MIN_KEYS, **{**kw, "mask": "local"}).pv_promote
+    for q, k, page in ((1, 4096, 64), (8, 4096, 64), (0, 4096, 64), (0, PV_PROMOTE_MIN_KEYS, 64), (4096, 4096, 32)):
         cfg = default_config(max_seqlen_q=q, max_seqlen_k=k, **{**kw, "page_size": page})
         assert cfg.layout != "alternate" and not cfg.vt_prepass and cfg.can_implement()[0], (q, k, page)
     assert not default_config(max_seqlen_q=4096, max_seqlen_k=4096, **{**kw, "fp8_mma": False}).vt_prepass
     for bad, word in (
         (prefill.with_(tile_n=32, kv_stages=4), "tile_n 64"),
         (prefill.with_(kv_stages=3), "two K/V stages"),
-        (prefill.with_(pv_promote=True), "split_d"),
+        (default_config(max_seqlen_q=1, **kw).with_(pv_promote=True), "'split_d' and 'alternate'"),
         (prefill.with_(stage="qk"), "stage"),
         (Sm90FwdConfig(layout="alternate"), "fp8_mma"),
         (default_config(max_seqlen_q=1, **{**kw, "fp8_mma": False}).with_(layout="alternate"), "fp8_mma"),

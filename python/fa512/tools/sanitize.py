@@ -74,8 +74,8 @@ def case_for(cfg) -> SweepCase:
         q_len = TILE_M // g
     else:
         q_len = max(2, 40 // g)
-    # the long-context split-d variants: P.V promoted, or (split) the same 24 / 240 registers
-    long = cfg.mma_path == "fp8_mma" and cfg.layout == "split_d" and cfg.producer_regs == 24
+    # the long-context variants: P.V promoted, or (split-d split) the same 24 / 240 registers
+    long = cfg.mma_path == "fp8_mma" and (cfg.pv_promote or (cfg.layout == "split_d" and cfg.producer_regs == 24))
     k_lens = (PV_PROMOTE_MIN_KEYS + 77,) if long else (3 * 64 + 37, 64 + 5)
     q_lens = (q_len,) * len(k_lens)
     causal = cfg.mask in ("causal", "local")
