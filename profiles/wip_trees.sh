@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Trees of main plus one profiles/wip patch each, built and tested side by side on the GPU
+# machine (DSL env sourced, repository root = main). A patch that breaks its tree then breaks
+# only its own tests: session 17 applied three patches to one tree, one of them broke split
+# decode, and the whole tree's suite and A/B were lost.
+#   bash profiles/wip_trees.sh build NAME...    /root/wip_NAME = this tree + profiles/wip/NAME.patch
+#   bash profiles/wip_trees.sh fill NAME...     compile caches of main and of each tree, in parallel
+#   bash profiles/wip_trees.sh kernels NAME...  the GPU suite's kernel half in each tree, in parallel
+#   bash profiles/wip_trees.sh tools NAME...    the GPU suite's tools half in each tree, one at a time
+# NAME "main" means this tree itself. Caches are /root/cache_<tree dir name>, as ab_trees.sh
+# names them, so `bash profiles/ab_trees.sh /root/wip_NAME . new base base new` (FILL=0) follows.
+# Logs: $OUT/<step>_<NAME>.log, one status line per tree on stdout.
+set -u
+step=$1; shift
+OUT=${OUT:-out/wip_trees}
+mkdir -p "$OUT"
+ROOT=$PWD
+KERNEL_HALF="tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py"
+TOOLS_HALF="tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py"
+tree_of() { if [ "$1" = main ]; then echo "$ROOT"; else echo "/root/wip_$1"; fi; }
+cache_of() { echo "/root/cache_$(basename "$1")"; }
+in_tree() {  # NAME command...: run in the tree with its own cache and sources first on the path
+  local dir; dir=$(tree_of "$1"); shift
+  ( cd "$dir" && PYTHONPATH=python:.:${PYTHONPATH:-} FA512_CACHE_DIR=$(cache_of "$dir") "$@" )
+}
+summary() { grep -E "passed|failed|error" "$1" | tail -n 1 | cut -c1-140; }
+case $step in
+  build)
+    for name in "$@"; do
+      dir=/root/wip_$name
+      rm -rf "$dir" && mkdir -p "$dir"
+      cp -r python cute_kernels csrc tests profiles docs pyproject.toml setup.py CMakeLists.txt README.md "$dir"/
+      rm -rf "$dir/profiles/results"
+      if (cd "$dir" && patch -p1 --forward --batch < "$ROOT/profiles/wip/$name.patch" > "$OUT/build_$name.log" 2>&1); then
+        echo "build $name: ok ($(grep -c '^patching file' "$OUT/build_$name.log") files)"
+      else
+        echo "build $name: PATCH FAILED (see $OUT/build_$name.log)"
+      fi
+    done ;;
+  fill)
+    for name in main "$@"; do
+      in_tree "$name" timeout 400 python3 -m fa512 compile --fill-cache --jobs 6 > "$OUT/fill_$name.log" 2>&1 &
+    done
+    wait
+    for name in main "$@"; do echo "fill $name: $(tail -n 1 "$OUT/fill_$name.log" | cut -c1-120)"; done ;;
+  kernels)
+    for name in "$@"; do
+      in_tree "$name" timeout 580 python3 -m pytest -q -m gpu $KERNEL_HALF -rs -p no:cacheprovider \
+        > "$OUT/kernels_$name.log" 2>&1 &
+    done
+    wait
+    for name in "$@"; do
+      echo "kernels $name: $(summary "$OUT/kernels_$name.log")"
+      grep -E "^FAILED" "$OUT/kernels_$name.log" | head -n 12
+    done ;;
+  tools)  # 500-660 s per tree on the H200: over one call's 600 s, so start it detached
+    for name in "$@"; do
+      in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_HALF -rs -p no:cacheprovider \
+        > "$OUT/tools_$name.log" 2>&1
+      echo "tools $name: $(summary "$OUT/tools_$name.log")"
+    done ;;
+  *) echo "unknown step $step (build, fill, kernels, tools)"; exit 2 ;;
+esac
