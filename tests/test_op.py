@@ -161,6 +161,14 @@ def test_sm90_unsupported_page_size_falls_to_triton_with_reason():
         fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16")
 
 
+def test_sm90_grid_limit_on_sequences_is_refused_with_the_reason():
+    # the SM90 forward's grid is (m blocks, tile heads x splits, sequences): z stops at 65535
+    from fa512.backends.cute import grid_refusal
+
+    assert grid_refusal(65535) is None
+    assert "65536 sequences" in grid_refusal(65536)
+
+
 def test_other_gpus_route_to_triton():
     p = _plan(target="sm_120:188")
     assert (p.route, p.kernel) == ("other CUDA GPU", "triton")

@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
+from ..contract import MAX_GRID_YZ
 from ..errors import KernelUnavailableError, arg_error
 from ..planning.problem import FwdArgs, Problem
 from .base import Backend, Launcher, PartialLauncher, reference_only_dtype
@@ -46,6 +47,14 @@ def mask_kind(problem: Problem) -> str:
 def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8_e4m3"}[dtype]
 
+
+
+def grid_refusal(num_seqs: int) -> Optional[str]:
+    """Why the SM90 forward's grid (m blocks, tile heads x splits, sequences) cannot be
+    launched: CUDA caps grid z at `MAX_GRID_YZ` (the dispatch checks y); None when it can."""
+    if num_seqs > MAX_GRID_YZ:
+        return f"{num_seqs} sequences exceed CUDA's grid limit {MAX_GRID_YZ} (grid z)"
+    return None
 
 class LaunchState(NamedTuple):
     """What every launch of one call signature needs (`CuteLauncher`, `_run`)."""
@@ -244,8 +253,11 @@ class Mma16Backend(Backend):
             return refusal
         if not target.is_sm90:
             return f"needs an SM90 GPU (H100/H200), got {target.describe()}"
-        ok, why = self.make_config(problem, target).can_implement()
-        return None if ok else why
+        config = self.make_config(problem, target)
+        ok, why = config.can_implement()
+        if not ok:
+            return why
+        return grid_refusal(problem.batch)
 
     def heads_per_tile(self, problem: Problem, config) -> int:
         return config.qhead_per_kvhead  # the group when 64 rows hold whole groups, else 1
