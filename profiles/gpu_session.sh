@@ -49,6 +49,7 @@ for step in "$@"; do
     split_sweep) run split_sweep 400 bash -c "for k in fp8_mma mma16-bf16; do python3 profiles/split_breakdown.py --kernel \$k --sweep 8,16,24,32,48,64,96,128,192,256; done" ;;  # the planner refit's data
     latency_kernels) run latency_kernels 200 python3 profiles/latency_kernels.py --splits 0,1,8 ;;  # kernels per call, device time each
     kernel_timeline) run kernel_timeline 240 python3 profiles/kernel_timeline.py ;;  # CTA (0,0,0)'s clock per event; launch/setup cuts
+    timeline_prefill) run timeline_prefill 300 python3 profiles/kernel_timeline.py --case "prefill 2k causal,prefill 8 x 1k,prefill 8k causal" ;;  # issue 23: a short prefill CTA's fixed cost
     many_splits) run many_splits 300 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs ;;
     launch_cost) run launch_cost 120 bash -c "nvcc -O2 -arch=sm_90a -o /tmp/launch_cost profiles/launch_cost.cu -lcuda && /tmp/launch_cost" ;;
     overhead)    run overhead 300 python3 profiles/host_overhead.py --repeats 101 --calls 32 ;;

@@ -62,6 +62,17 @@ def test_latency_cases_match_the_issue():
     assert "latency" in bench_grid.MODES and "latency" in parse([]).modes.split(",")
 
 
+def test_profile_cases_add_named_prefill_points():
+    # the in-kernel profiles take latency cases by default and grid points by name (31B heads)
+    from fa512.tools.bench import profile_cases
+
+    assert [c.name for c in profile_cases("")] == [c.name for c in LATENCY_CASES]
+    named = profile_cases("floor,prefill 2k causal,8 x 1k")
+    assert [c.name for c in named] == ["decode B=1 k=64 32/4 floor", "prefill 2k causal 32/4",
+                                       "prefill 8 x 1k causal 32/4"]
+    assert (named[2].point.batch, named[2].point.q_len, named[2].hq, named[2].hkv) == (8, 1024, 32, 4)
+
+
 @pytest.mark.parametrize("case", LATENCY_CASES, ids=lambda c: c.name)
 def test_latency_bytes_match_an_independent_count(case):
     for label in case.variants:

@@ -241,15 +241,20 @@ def measure_ceilings(timer: CeilingTimer) -> dict:
 PROFILE_KERNELS = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mma16-bf16": ("mma16", "bf16")}
 
 
-def profile_latency_inputs(names: str, kv: str, device, seed: int = 100):
-    """For the latency cases whose names contain one of the comma-separated ``names`` (all when
-    empty): (case, its `work`, input sets rotated so the L2 is cold, as `bench_latency` times
-    them), one case at a time."""
-    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
+def profile_cases(names: str) -> list:
+    """The latency cases whose names contain one of the comma-separated ``names`` (all when
+    empty), then the prefill and chunked grid points so named, with the 31B heads (32/4) as
+    `LatencyCase`s (named e.g. "prefill 2k causal 32/4"): the profiles' case list."""
     wanted = [s for s in names.split(",") if s]
-    for case in LATENCY_CASES:
-        if wanted and not any(w in case.name for w in wanted):
-            continue
+    grid = [LatencyCase(p, 32, 4) for p in bench_grid() if p.mode in ("prefill", "chunked")] if wanted else []
+    return [c for c in (*LATENCY_CASES, *grid) if not wanted or any(w in c.name for w in wanted)]
+
+
+def profile_latency_inputs(names: str, kv: str, device, seed: int = 100):
+    """For each of `profile_cases` (``names``): (case, its `work`, input sets rotated so the L2
+    is cold, as `bench_latency` times them), one case at a time."""
+    l2 = max(torch.cuda.get_device_properties(device).L2_cache_size, 60 << 20)
+    for case in profile_cases(names):
         w = work(case.point, case.hq, case.hkv, KV_DTYPES[kv].itemsize)
         yield case, w, [_make_set(case.point, case.heads, kv, seed + i, device) for i in range(latency_sets(w["bytes"], l2))]
 
