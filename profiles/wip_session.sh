@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One GPU session's work on the profiles/wip patches, as a detached chain that outlives the
+# device call (DSL env sourced, repository root = main). Logs in /root/keep, one line per step
+# in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`.
+#   PATCHES="a b" [AB="a"] [FUZZ=1] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
+# Steps, in order:
+#   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
+#   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in each tree whose name starts with
+#      "triton" (else in main), first thing on the quiet GPU, so Triton's cache is cold;
+#   3. the GPU suite's kernel half in every tree at once;
+#   4. for each patch in AB whose kernel half passed: `ab_trees.sh` against main, rounds
+#      new / main / main / new (latency + decode --quick), the GPU quiet;
+#   5. EXTRA (shell commands, run from the repository root);
+#   6. the tools half in each AB tree that passed.
+set -u
+KD=/root/keep
+if [ "${1:-}" = poll ]; then
+  end=$(( $(date +%s) + ${2:-500} ))
+  while [ "$(date +%s)" -lt $end ]; do
+    grep -q "${3:-ALL DONE}" $KD/progress.txt 2>/dev/null && break
+    sleep 5
+  done
+  cp -r $KD/. "${OUT:-out}/" 2>/dev/null
+  cat $KD/progress.txt 2>/dev/null
+  exit 0
+fi
+if [ "${1:-}" = start ]; then
+  rm -rf $KD && mkdir -p $KD
+  PATCHES=${PATCHES:-} AB=${AB:-} FUZZ=${FUZZ:-0} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
+    > $KD/chain.log 2>&1 < /dev/null &
+  sleep 2; echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' FUZZ=${FUZZ:-0}"; exit 0
+fi
+[ "${1:-}" = chain ] || { echo "usage: $0 start | poll [SECONDS] [UNTIL]"; exit 2; }
+export OUT=$KD PYTHONPATH=python:.:${PYTHONPATH:-}
+t0=$(date +%s)
+log() { echo "$(( $(date +%s) - t0 ))s $*" >> $KD/progress.txt; }
+trees="$PATCHES"
+bash profiles/wip_trees.sh build $trees >> $KD/progress.txt 2>&1
+bash profiles/wip_trees.sh fill $trees >> $KD/progress.txt 2>&1
+log "filled"
+if [ "$FUZZ" = 1 ]; then
+  where=main
+  for p in $trees; do case $p in triton*) where=$p ;; esac; done
+  dir=$( [ $where = main ] && echo . || echo /root/wip_$where )
+  s=$(date +%s)
+  ( cd $dir && timeout 400 python3 -m fa512 fuzz --cases 500 --kernel triton > $KD/fuzz_triton_$where.log 2>&1 )
+  log "fuzz triton in $where rc=$? $(( $(date +%s) - s ))s: $(grep -E 'warm in|cases on' $KD/fuzz_triton_$where.log | tr '\n' ' ')"
+fi
+[ -n "$trees" ] && bash profiles/wip_trees.sh kernels $trees >> $KD/progress.txt 2>&1
+log "kernel halves done"
+passed=""
+for p in $AB; do
+  summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log | tail -n 1)
+  if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
+    passed="$passed $p"
+    FILL=0 OUT=$KD/ab_$p bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1
+    log "ab $p done"
+  else
+    log "ab $p skipped: its kernel half did not pass"
+  fi
+done
+if [ -n "$EXTRA" ]; then
+  bash -c "$EXTRA" > $KD/extra.log 2>&1
+  log "extra rc=$?"
+fi
+[ -n "$passed" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
+log "ALL DONE"
