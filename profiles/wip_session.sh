@@ -10,7 +10,7 @@
 #   3. the GPU suite's kernel half in every tree at once;
 #   4. for each patch in AB whose kernel half passed: `ab_trees.sh` against main, rounds
 #      new / main / main / new (latency + decode --quick), the GPU quiet;
-#   5. EXTRA (shell commands, run from the repository root);
+#   5. EXTRA (shell commands, run from the repository root with main's compile cache);
 #   6. the tools half in each AB tree that passed.
 set -u
 KD=/root/keep
@@ -60,7 +60,7 @@ for p in $AB; do
   fi
 done
 if [ -n "$EXTRA" ]; then
-  bash -c "$EXTRA" > $KD/extra.log 2>&1
+  FA512_CACHE_DIR=/root/cache_$(basename "$PWD") bash -c "$EXTRA" > $KD/extra.log 2>&1  # main's cache
   log "extra rc=$?"
 fi
 [ -n "$passed" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
