@@ -107,8 +107,9 @@ class Sm90FwdConfig:
         setmaxnreg budgets; (producer + 2 x consumer) x 128 must fit the CTA register pool
         (`REGISTER_POOL` = 168 x 384 = 64512), or the consumers' setmaxnreg.inc never returns.
     pv_promote : bool
-        fp8_mma split-d only: each block's P.V runs, as four 64-column slices, into a zeroed
-        fp32 temporary that is added into O, instead of accumulating O on the tensor core: FP8
+        fp8_mma, layouts split-d and alternate, no splits: each block's P.V runs, as four
+        64-column slices, into zeroed fp32 temporaries that are added into O, instead of
+        accumulating O on the tensor core: FP8
         wgmma keeps only ~13 bits below the largest term of each k=32 step, so a long O
         accumulation drifts (docs/sm90_kernel.md, "FP8 numerics"). Needs the 24 / 240 split.
     stage : "launch" | "setup" | "full"

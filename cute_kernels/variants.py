@@ -128,8 +128,9 @@ def variant_list(full: bool = True) -> list:
         for q_dtype in DTYPES:
             for mask in MASKS:
                 for split in (False, True):
-                    # fp8_mma: one-tile split-d, long-context (promoted), decode tiles and
-                    # multi-tile (alternating warpgroups, V^T from the prepass); dequant: one variant
+                    # fp8_mma: one-tile split-d, long-context (promoted), decode tiles,
+                    # multi-tile (alternating warpgroups, V^T from the prepass) and multi-tile
+                    # long-context (alternating, promoted); dequant: one variant
                     for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M),
                                           (PV_PROMOTE_MIN_KEYS, TILE_M)):
                         if queries == 1 and mask == "causal":

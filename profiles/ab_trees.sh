@@ -11,7 +11,7 @@ set -u
 new=$1 base=$2; shift 2
 K=${K:-fp8_mma,mma16[fp8kv],mma16[bf16kv],triton[fp8kv]}
 OUT=${OUT:-out/ab_trees}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the rounds write it from inside the trees
 cache_of() { echo "/root/cache_$(basename "$(cd "$1" && pwd)")"; }
 t0=$(date +%s)
 if [ "${FILL:-1}" = 1 ]; then
@@ -25,6 +25,7 @@ i=0
 for who in "$@"; do
   i=$((i + 1))
   if [ "$who" = new ]; then dir=$new; else dir=$base; fi
+  rm -rf "/tmp/ab_${i}_lat" "/tmp/ab_${i}_dec"  # an earlier call's round i must not pass for this one
   ( cd "$dir" && export PYTHONPATH=python:.:${PYTHONPATH:-} FA512_CACHE_DIR=$(cache_of .)
     timeout 240 python3 -m fa512 bench --modes latency --no-first-call --kernels "$K" --out "/tmp/ab_${i}_lat" \
       > "$OUT/ab_${i}_${who}_latency.log" 2>&1

@@ -2,7 +2,7 @@
 
 For each latency case of `fa512.tools.bench_grid` (``--case`` substrings; default the 64-key
 floor and decode B=1 x 8k), and each prefill or chunked grid point so named (31B heads, e.g.
-``--case "prefill 2k causal,8 x 1k"``: issue 23's short prefills, where a CTA's fixed cost is
+``--case "prefill 2k causal,prefill 8 x 1k"``: issue 23's short prefills, where a CTA's fixed cost is
 large next to its few key blocks), fp8_mma (or ``--kernel``):
 
 1. ``timeline``: the planned variant compiled with `Sm90FwdConfig.timeline` runs ``--runs``

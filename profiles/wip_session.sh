@@ -5,7 +5,7 @@
 #   PATCHES="a b" [AB="a"] [FUZZ=1] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
 # Steps, in order:
 #   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
-#   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in each tree whose name starts with
+#   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in the last tree whose name starts with
 #      "triton" (else in main), first thing on the quiet GPU, so Triton's cache is cold;
 #   3. the GPU suite's kernel half in every tree at once;
 #   4. for each patch in AB whose kernel half passed: `ab_trees.sh` against main, rounds
@@ -25,6 +25,7 @@ if [ "${1:-}" = poll ]; then
   exit 0
 fi
 if [ "${1:-}" = start ]; then
+  if pgrep -f "[w]ip_session.sh chain" > /dev/null; then echo "a chain is still running: poll it"; exit 1; fi
   rm -rf $KD && mkdir -p $KD
   PATCHES=${PATCHES:-} AB=${AB:-} FUZZ=${FUZZ:-0} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
     > $KD/chain.log 2>&1 < /dev/null &
@@ -50,7 +51,7 @@ fi
 log "kernel halves done"
 passed=""
 for p in $AB; do
-  summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log | tail -n 1)
+  summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log 2>/dev/null | tail -n 1)
   if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
     passed="$passed $p"
     FILL=0 OUT=$KD/ab_$p bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1

@@ -13,7 +13,7 @@
 set -u
 step=$1; shift
 OUT=${OUT:-out/wip_trees}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: steps write it from inside the trees
 ROOT=$PWD
 KERNEL_HALF="tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py"
 TOOLS_HALF="tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py"
@@ -23,7 +23,7 @@ in_tree() {  # NAME command...: run in the tree with its own cache and sources f
   local dir; dir=$(tree_of "$1"); shift
   ( cd "$dir" && PYTHONPATH=python:.:${PYTHONPATH:-} FA512_CACHE_DIR=$(cache_of "$dir") "$@" )
 }
-summary() { grep -E "passed|failed|error" "$1" | tail -n 1 | cut -c1-140; }
+summary() { grep -E "[0-9]+ (passed|failed)|[0-9]+ errors?( |$)" "$1" | tail -n 1 | cut -c1-140; }
 case $step in
   build)
     for name in "$@"; do
@@ -37,27 +37,34 @@ case $step in
         echo "build $name: PATCH FAILED (see $OUT/build_$name.log)"
       fi
     done ;;
-  fill)
-    for name in main "$@"; do
+  fill)  # main is always filled; a NAME "main" is not filled twice
+    names="main $(printf '%s\n' "$@" | grep -vx main | tr '\n' ' ')"
+    declare -A pid
+    for name in $names; do
       in_tree "$name" timeout 400 python3 -m fa512 compile --fill-cache --jobs 6 > "$OUT/fill_$name.log" 2>&1 &
+      pid[$name]=$!
     done
-    wait
-    for name in main "$@"; do echo "fill $name: $(tail -n 1 "$OUT/fill_$name.log" | cut -c1-120)"; done ;;
+    for name in $names; do
+      wait "${pid[$name]}"; rc=$?
+      echo "fill $name: rc=$rc $(tail -n 1 "$OUT/fill_$name.log" | cut -c1-120)"
+    done ;;
   kernels)
+    declare -A pid
     for name in "$@"; do
       in_tree "$name" timeout 580 python3 -m pytest -q -m gpu $KERNEL_HALF -rs -p no:cacheprovider \
         > "$OUT/kernels_$name.log" 2>&1 &
+      pid[$name]=$!
     done
-    wait
     for name in "$@"; do
-      echo "kernels $name: $(summary "$OUT/kernels_$name.log")"
+      wait "${pid[$name]}"; rc=$?
+      echo "kernels $name: rc=$rc $(summary "$OUT/kernels_$name.log")"
       grep -E "^FAILED" "$OUT/kernels_$name.log" | head -n 12
     done ;;
   tools)  # 500-660 s per tree on the H200: over one call's 600 s, so start it detached
     for name in "$@"; do
       in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_HALF -rs -p no:cacheprovider \
         > "$OUT/tools_$name.log" 2>&1
-      echo "tools $name: $(summary "$OUT/tools_$name.log")"
+      echo "tools $name: rc=$? $(summary "$OUT/tools_$name.log")"
     done ;;
   *) echo "unknown step $step (build, fill, kernels, tools)"; exit 2 ;;
 esac

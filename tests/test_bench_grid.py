@@ -67,7 +67,9 @@ def test_profile_cases_add_named_prefill_points():
     from fa512.tools.bench import profile_cases
 
     assert [c.name for c in profile_cases("")] == [c.name for c in LATENCY_CASES]
-    named = profile_cases("floor,prefill 2k causal,8 x 1k")
+    # kernel_timeline's default names latency cases only
+    assert [c.name for c in profile_cases("floor,B=1 k=8k")] == ["decode B=1 k=8k 32/4", "decode B=1 k=64 32/4 floor"]
+    named = profile_cases("floor,prefill 2k causal,prefill 8 x 1k")
     assert [c.name for c in named] == ["decode B=1 k=64 32/4 floor", "prefill 2k causal 32/4",
                                        "prefill 8 x 1k causal 32/4"]
     assert (named[2].point.batch, named[2].point.q_len, named[2].hq, named[2].hkv) == (8, 1024, 32, 4)

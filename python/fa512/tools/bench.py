@@ -242,12 +242,15 @@ PROFILE_KERNELS = {"fp8_mma": ("fp8_mma", "fp8"), "mma16": ("mma16", "fp8"), "mm
 
 
 def profile_cases(names: str) -> list:
-    """The latency cases whose names contain one of the comma-separated ``names`` (all when
-    empty), then the prefill and chunked grid points so named, with the 31B heads (32/4) as
-    `LatencyCase`s (named e.g. "prefill 2k causal 32/4"): the profiles' case list."""
+    """The profiles' case list: the latency cases whose names contain one of the comma-separated
+    ``names`` (all when empty), then the prefill and chunked grid points named by a substring
+    that starts with "prefill" or "chunked", with the 31B heads (32/4) as `LatencyCase`s (named
+    e.g. "prefill 2k causal 32/4")."""
     wanted = [s for s in names.split(",") if s]
-    grid = [LatencyCase(p, 32, 4) for p in bench_grid() if p.mode in ("prefill", "chunked")] if wanted else []
-    return [c for c in (*LATENCY_CASES, *grid) if not wanted or any(w in c.name for w in wanted)]
+    cases = [c for c in LATENCY_CASES if not wanted or any(w in c.name for w in wanted)]
+    grid_names = [w for w in wanted if w.startswith(("prefill", "chunked"))]
+    grid = [LatencyCase(p, 32, 4) for p in bench_grid() if p.mode in ("prefill", "chunked")]
+    return cases + [c for c in grid if any(w in c.name for w in grid_names)]
 
 
 def profile_latency_inputs(names: str, kv: str, device, seed: int = 100):
