@@ -2,15 +2,16 @@
 # One GPU session's work on the profiles/wip patches, as a detached chain that outlives the
 # device call (DSL env sourced, repository root = main). Logs in /root/keep, one line per step
 # in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`.
-#   PATCHES="a b" [AB="a"] [FUZZ=1] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
+#   PATCHES="a b" [AB="a"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
 # Steps, in order:
 #   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
+#      then FIRST (shell commands on main, with main's compile cache: what must not wait);
 #   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in the last tree whose name starts with
 #      "triton" (else in main), first thing on the quiet GPU, so Triton's cache is cold;
 #   3. the GPU suite's kernel half in every tree at once;
 #   4. for each patch in AB whose kernel half passed: `ab_trees.sh` against main, rounds
 #      new / main / main / new (latency + decode --quick), the GPU quiet;
-#   5. EXTRA (shell commands, run from the repository root with main's compile cache);
+#   5. EXTRA (shell commands on main, as FIRST);
 #   6. the tools half in each AB tree that passed.
 set -u
 KD=/root/keep
@@ -27,7 +28,7 @@ fi
 if [ "${1:-}" = start ]; then
   if pgrep -f "[w]ip_session.sh chain" > /dev/null; then echo "a chain is still running: poll it"; exit 1; fi
   rm -rf $KD && mkdir -p $KD
-  PATCHES=${PATCHES:-} AB=${AB:-} FUZZ=${FUZZ:-0} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
+  PATCHES=${PATCHES:-} AB=${AB:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
     > $KD/chain.log 2>&1 < /dev/null &
   sleep 2; echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' FUZZ=${FUZZ:-0}"; exit 0
 fi
@@ -35,10 +36,15 @@ fi
 export OUT=$KD PYTHONPATH=python:.:${PYTHONPATH:-}
 t0=$(date +%s)
 log() { echo "$(( $(date +%s) - t0 ))s $*" >> $KD/progress.txt; }
-trees="$PATCHES"
-bash profiles/wip_trees.sh build $trees >> $KD/progress.txt 2>&1
+bash profiles/wip_trees.sh build $PATCHES >> $KD/progress.txt 2>&1
+trees=$(for p in $PATCHES; do [ -e /root/wip_$p/BUILD_FAILED ] || echo $p; done)  # the patches that applied
 bash profiles/wip_trees.sh fill $trees >> $KD/progress.txt 2>&1
 log "filled"
+run_main() {  # name commands: shell commands from the repository root, on main's compile cache
+  FA512_CACHE_DIR=/root/cache_$(basename "$PWD") bash -c "$2" > $KD/$1.log 2>&1
+  log "$1 rc=$?"
+}
+[ -n "$FIRST" ] && run_main first "$FIRST"
 if [ "$FUZZ" = 1 ]; then
   where=main
   for p in $trees; do case $p in triton*) where=$p ;; esac; done
@@ -51,6 +57,7 @@ fi
 log "kernel halves done"
 passed=""
 for p in $AB; do
+  echo " $trees " | tr '\n' ' ' | grep -q " $p " || { log "ab $p skipped: its tree did not build"; continue; }
   summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log 2>/dev/null | tail -n 1)
   if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
     passed="$passed $p"
@@ -60,9 +67,6 @@ for p in $AB; do
     log "ab $p skipped: its kernel half did not pass"
   fi
 done
-if [ -n "$EXTRA" ]; then
-  FA512_CACHE_DIR=/root/cache_$(basename "$PWD") bash -c "$EXTRA" > $KD/extra.log 2>&1  # main's cache
-  log "extra rc=$?"
-fi
+[ -n "$EXTRA" ] && run_main extra "$EXTRA"
 [ -n "$passed" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
 log "ALL DONE"

@@ -35,6 +35,7 @@ case $step in
         echo "build $name: ok ($(grep -c '^patching file' "$OUT/build_$name.log") files)"
       else
         echo "build $name: PATCH FAILED (see $OUT/build_$name.log)"
+        touch "$dir/BUILD_FAILED"
       fi
     done ;;
   fill)  # main is always filled; a NAME "main" is not filled twice
