@@ -68,7 +68,14 @@ class TransposeProbe:
 
 
 class QuantizeProbe:
-    """(mQ8 (64, 512) uint8 e4m3 bits, mScale (2, 64) fp32) <- mQ (64, 512) bf16/f16."""
+    """(mQ8 (64, 512) uint8 e4m3 bits, mScale (2, 64) fp32) <- mQ (64, 512) bf16/f16.
+
+    ``k_step_rows``: the decode layout's quantisation (`Sm90FwdConfig.qk_rows`): row 8c + i of
+    each d half is query row i restricted to the half's k-step c (32 columns), zeros elsewhere,
+    with that k-step's own scale; only rows 0..7 of mQ are read."""
+
+    def __init__(self, k_step_rows: bool = False):
+        self.k_step_rows = k_step_rows
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mQ8: cute.Tensor, mScale: cute.Tensor, stream: cuda.CUstream):
@@ -94,7 +101,7 @@ class QuantizeProbe:
         wg = tidx // 128
         scale = storage.scale.get_tensor(cute.make_layout(128))
         quantize_q_half(cute.local_tile(sQ, (64, HALF_D), (0, wg)), cute.local_tile(sQ8, (64, HALF_D), (0, wg)),
-                        cute.local_tile(scale, (64,), (wg,)), tidx % 128)
+                        cute.local_tile(scale, (64,), (wg,)), tidx % 128, self.k_step_rows)
         cute.arch.barrier()
         sQ8_bits = storage.sQ8.get_tensor(sQ8_layout.outer, swizzle=sQ8_layout.inner, dtype=Uint8)
         for i in cutlass.range(tidx, 64 * HEAD_DIM, THREADS, unroll=1):

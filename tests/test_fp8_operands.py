@@ -268,13 +268,14 @@ def test_transpose_addressing_matches_cute_layouts():
 
 
 @needs_dsl
-@pytest.mark.parametrize("kind, tile_n", [("transpose", 64), ("transpose", 32), ("quantize", 64)])
+@pytest.mark.parametrize("kind, tile_n", [("transpose", 64), ("transpose", 32), ("quantize", 64), ("k_step_rows", 64)])
 def test_probes_compile_for_sm90a(kind, tile_n):
     import cutlass.cute as cute
 
     from cute_kernels.fp8_operand_probe import QuantizeProbe, TransposeProbe, fake_args
 
-    obj = TransposeProbe(tile_n) if kind == "transpose" else QuantizeProbe()
+    obj = TransposeProbe(tile_n) if kind == "transpose" else QuantizeProbe(k_step_rows=kind == "k_step_rows")
+    kind = "transpose" if kind == "transpose" else "quantize"
     cute.compile(obj, *fake_args(kind, tile_n), options="--gpu-arch sm_90a --enable-tvm-ffi")
 
 
@@ -329,6 +330,62 @@ def test_gpu_quantize_probe_matches_emulation(dtype):
     torch.cuda.synchronize()
     assert torch.equal(q8.cpu().view(torch.float8_e4m3fn).float(), q_hi)
     assert torch.equal(sc.cpu(), torch.stack([scale[:, 0], scale[:, 256]]))
+
+
+def _k_step_rows_model(q: torch.Tensor):
+    """The decode layout's e4m3 Q tile and scales from the first 8 rows of q (64, 512): row
+    8c + i of d half h is q[i] on k-step c of that half (columns 256h + 32c ..), quantised with
+    that k-step's power-of-two scale, zeros elsewhere (`Sm90FwdConfig.qk_rows`)."""
+    from fa512.numerics.emulation import quantize_q_rows
+
+    q_hi, _, scale = quantize_q_rows(q[:8], pow2=True, groups=16)  # 16 k-steps of 32 columns
+    tile = torch.zeros(64, 512)
+    scales = torch.zeros(2, 64)
+    for h in range(2):
+        for c in range(8):
+            cols = slice(256 * h + 32 * c, 256 * h + 32 * c + 32)
+            tile[8 * c:8 * c + 8, cols] = q_hi[:, cols]
+            scales[h, 8 * c:8 * c + 8] = scale[:, 256 * h + 32 * c]
+    return tile, scales
+
+
+def test_k_step_rows_model_rebuilds_the_scaled_rows():
+    # the model's tile, scaled back, holds each query row once per k-step: summing a query's
+    # 8 k-step rows per half gives its e4m3-rounded row (CPU check of the model itself)
+    g = torch.Generator().manual_seed(3)
+    q = (torch.randn(64, 512, generator=g) * 5).to(torch.bfloat16)
+    tile, scales = _k_step_rows_model(q)
+    back = torch.stack([sum(tile[8 * c + i, 256 * h:256 * h + 256] * scales[h, 8 * c + i] for c in range(8))
+                        for i in range(8) for h in range(2)]).view(8, 512)
+    step_scale = torch.stack([scales[h, 8 * c:8 * c + 8] for h in range(2) for c in range(8)], 1)  # (8, 16)
+    tol = q[:8].float().abs() * 2.0 ** -4 + step_scale.repeat_interleave(32, 1) * 2.0 ** -10  # e4m3 half ulp
+    assert ((back - q[:8].float()).abs() <= tol).all()
+    assert (tile[8:16, :32] == 0).all() and (tile[:8, 32:256] == 0).all()
+
+
+@pytest.mark.gpu
+@needs_dsl
+@pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_k_step_rows_quantize_probe_matches_its_model(dtype):
+    # the decode layout's Q quantisation (`quantize_q_half(k_step_rows=True)`) alone, bit for bit
+    from cute_kernels.fp8_operand_probe import QuantizeProbe, fake_args
+
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(64, 512, generator=g) * torch.exp(torch.randn(64, 16, generator=g).repeat_interleave(32, 1) * 2)
+    q[2] = 0.0  # an all-zero query row: scale 1
+    q[7, 300:332] *= 1e-5  # one k-step far below the others
+    q = q.to(dtype)
+    tile, scales = _k_step_rows_model(q)
+    fn = _compile(QuantizeProbe(k_step_rows=True), fake_args("quantize", 64, "bf16" if dtype == torch.bfloat16 else "f16"))
+    q8 = torch.full((64, 512), 0x7F, dtype=torch.uint8, device="cuda")
+    sc = torch.zeros(2, 64, dtype=torch.float32, device="cuda")
+    fn(q.cuda(), q8, sc, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    got = q8.cpu().view(torch.float8_e4m3fn).float()
+    bad = (got != tile).nonzero()
+    assert bad.numel() == 0, f"{len(bad)} bytes differ, first (row, col): {bad[:4].tolist()}"
+    assert torch.equal(sc.cpu(), scales), (sc.cpu() != scales).nonzero()[:4].tolist()
 
 
 @needs_dsl
