@@ -50,7 +50,10 @@ TRACE_WORDS = 3 * (NUM_THREADS // 32)  # 36 words of per-warp state
 TRACE_EXIT_WORD = TRACE_WORDS  # warps that left the kernel, all CTAs
 TRACE_BUFFER_WORDS = TRACE_WORDS + 4
 TIMELINE_SLOTS = len(TRACE_EVENTS) + 1  # the events, then the warp's exit
-TIMELINE_WORDS = (NUM_THREADS // 32) * TIMELINE_SLOTS * 2  # (clock, globaltimer_lo) per slot
+# (clock, globaltimer_lo) per (warp, slot): the last stamp of each event, then (at
+# TIMELINE_FIRST_WORD) the first one, so a repeated event (one per key block) shows both ends
+TIMELINE_FIRST_WORD = (NUM_THREADS // 32) * TIMELINE_SLOTS * 2
+TIMELINE_WORDS = 2 * TIMELINE_FIRST_WORD
 
 
 def decode_trace(words) -> list:
@@ -73,16 +76,22 @@ def earliest(stamps) -> int:
 
 def timeline_offsets(words) -> dict:
     """{(warp, event slot): (cycles, ns)} of a timeline buffer, each after the earliest warp's
-    "start" (SM clock cycles; global timer ns). Slots never written (both words 0) are absent."""
+    "start" (SM clock cycles; global timer ns): an event's last stamp under its slot, its first
+    under slot + TIMELINE_SLOTS when that differs. Slots never written (both words 0) are
+    absent."""
     seen = {}
     for w in range(NUM_THREADS // 32):
         for e in range(TIMELINE_SLOTS):
-            c, g = words[2 * (w * TIMELINE_SLOTS + e)], words[2 * (w * TIMELINE_SLOTS + e) + 1]
-            if c != 0 or g != 0:
-                seen[w, e] = (c & 0xFFFFFFFF, g & 0xFFFFFFFF)
+            for base, key in ((0, e), (TIMELINE_FIRST_WORD, e + TIMELINE_SLOTS)):
+                i = base + 2 * (w * TIMELINE_SLOTS + e)
+                c, g = words[i], words[i + 1]
+                if c != 0 or g != 0:
+                    seen[w, key] = (c & 0xFFFFFFFF, g & 0xFFFFFFFF)
+            if seen.get((w, e + TIMELINE_SLOTS)) == seen.get((w, e)):
+                seen.pop((w, e + TIMELINE_SLOTS), None)  # stamped once
     if not seen:
         return {}
-    starts = [v for (w, e), v in seen.items() if e == 0] or list(seen.values())
+    starts = [v for (w, e), v in seen.items() if e == 0] or list(seen.values())  # "start": once per warp
     c0, g0 = earliest([c for c, _ in starts]), earliest([g for _, g in starts])
     return {k: ((c - c0) & 0xFFFFFFFF, (g - g0) & 0xFFFFFFFF) for k, (c, g) in seen.items()}
 
@@ -93,6 +102,7 @@ def timeline_lines(offsets: dict, clock_ghz: float = 0.0) -> list:
     if not offsets:
         return ["timeline: no event recorded"]
     names = TRACE_EVENTS + ("exit",)
+    names = names + tuple(f"{n} (first)" for n in names)
     out = []
     for w in range(NUM_THREADS // 32):
         for cyc, ns, e in sorted((c, g, e) for (ww, e), (c, g) in offsets.items() if ww == w):
@@ -153,6 +163,12 @@ class Tracer:
             cute.arch.atomic_exch(cute.make_ptr(Int32, addr, cute.AddressSpace.gmem), clk, sem="relaxed", scope="gpu")
             cute.arch.atomic_exch(cute.make_ptr(Int32, addr + 4, cute.AddressSpace.gmem), ns, sem="relaxed",
                                   scope="gpu")
+            first = addr + Int64(4 * TIMELINE_FIRST_WORD)  # written once: while its clock word is 0
+            old = cute.arch.atomic_cas(cute.make_ptr(Int32, first, cute.AddressSpace.gmem), cmp=Int32(0), val=clk,
+                                       sem="relaxed", scope="gpu")
+            if old == Int32(0):
+                cute.arch.atomic_exch(cute.make_ptr(Int32, first + 4, cute.AddressSpace.gmem), ns, sem="relaxed",
+                                      scope="gpu")
 
     @cute.jit
     def exit(self):
@@ -168,5 +184,5 @@ class Tracer:
                 )
 
 
-__all__ = ["TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
+__all__ = ["TIMELINE_FIRST_WORD", "TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
            "decode_trace", "earliest", "timeline_lines", "timeline_offsets", "Tracer"]

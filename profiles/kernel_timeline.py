@@ -7,7 +7,8 @@ large next to its few key blocks), fp8_mma (or ``--kernel``):
 
 1. ``timeline``: the planned variant compiled with `Sm90FwdConfig.timeline` runs ``--runs``
    times, the L2 flushed before each; CTA (0, 0, 0)'s warps stamp the SM clock at every
-   trace event (`cute_kernels.diagnostics`). Printed: the median cycles after the first warp's
+   trace event (`cute_kernels.diagnostics`): its last occurrence and, for events that repeat
+   per key block, its first ("(first)"). Printed: the median cycles after the first warp's
    start, per warp and event, and the global-timer span of the CTA.
 2. ``cuts``: the same call with the kernel cut at its entry (`Sm90FwdConfig.stage`: "launch"
    returns at once, "setup" stops after mbarrier init and setmaxnreg) and whole, each timed

@@ -135,7 +135,7 @@ def test_diag_stage_keys_and_trace_decoding():
 
 
 def test_timeline_decoding():
-    from cute_kernels.diagnostics import TIMELINE_SLOTS, TIMELINE_WORDS, TRACE_EVENTS, decode_timeline
+    from cute_kernels.diagnostics import TIMELINE_FIRST_WORD, TIMELINE_SLOTS, TIMELINE_WORDS, TRACE_EVENTS, decode_timeline
 
     assert decode_timeline([0] * TIMELINE_WORDS) == ["timeline: no event recorded"]
     words = [0] * TIMELINE_WORDS
@@ -149,11 +149,21 @@ def test_timeline_decoding():
     put(4, 0, 50, 5060)
     put(4, ready, 4050, 7060)
     put(4, TIMELINE_SLOTS - 1, 9050, 9560)
+    # an event stamped once has its first stamp equal to its last: shown once
+    for w, e in ((0, 0), (4, 0), (4, ready), (4, TIMELINE_SLOTS - 1)):
+        i = 2 * (w * TIMELINE_SLOTS + e)
+        words[TIMELINE_FIRST_WORD + i:TIMELINE_FIRST_WORD + i + 2] = words[i:i + 2]
+    k_ready = TRACE_EVENTS.index("consumer K ready: block, stage")  # one stamp per key block
+    put(4, k_ready, 7050, 8060)
+    i = 2 * (4 * TIMELINE_SLOTS + k_ready)
+    words[TIMELINE_FIRST_WORD + i:TIMELINE_FIRST_WORD + i + 2] = [5050, 7560]
     lines = decode_timeline(words, clock_ghz=2.0)
     assert lines[0].startswith("warp  0 (WG0)        0 cyc") and lines[0].endswith("start")
     assert "warp  4 (WG1)      150 cyc =       75 ns  (timer     60 ns)  start" == lines[1]
     assert lines[2].startswith("warp  4 (WG1)     4150 cyc") and lines[2].endswith("consumer Q ready")
-    assert lines[3].endswith("exit") and "(timer   4560 ns)" in lines[3]
+    assert lines[3].startswith("warp  4 (WG1)     5150 cyc") and lines[3].endswith("consumer K ready: block, stage (first)")
+    assert lines[4].startswith("warp  4 (WG1)     7150 cyc") and lines[4].endswith("consumer K ready: block, stage")
+    assert lines[5].endswith("exit") and "(timer   4560 ns)" in lines[5] and len(lines) == 6
 
 
 def test_default_config_shapes():
@@ -446,6 +456,7 @@ def test_diagnostic_stages_compile(stage, trace, timeline, tmp_path):
         assert "atom.global.sys" in res.ptx and "vprintf" in res.ptx
     else:
         assert ("%globaltimer_lo" in res.ptx) == timeline and ("%clock" in res.ptx) == timeline
+        assert ("atom.global.cas" in res.ptx) == timeline  # the first stamp of each event
         assert rep.ok, rep.problems
         assert "vprintf" not in res.ptx
 

@@ -285,3 +285,15 @@ def test_exact_exp2_is_the_default_design():
     assert torch.equal(a, b)
     with pytest.raises(ValueError, match="exp2_ulps"):
         dataclasses.replace(design, exp2_ulps=-1)
+
+
+def test_triton_cache_entries_counts_the_disk_cache(tmp_path, monkeypatch):
+    # the fuzzer's Triton warm-up reports its compiles as the cache's growth
+    from fa512.tools.fuzz import triton_cache_entries
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+    assert triton_cache_entries() == 3
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "missing"))
+    assert triton_cache_entries() == -1

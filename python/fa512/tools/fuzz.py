@@ -340,16 +340,33 @@ def _triton_warm_worker(job: tuple) -> int:
     return ran
 
 
+def triton_cache_entries() -> int:
+    """Entries in Triton's disk cache (one directory per compiled kernel and a few per-run
+    helpers), -1 when it cannot be found: the difference across a run counts its compiles."""
+    try:
+        from triton import knobs
+
+        path = knobs.cache.dir
+    except (ImportError, AttributeError):
+        path = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    try:
+        return len(os.listdir(path))
+    except OSError:
+        return -1
+
+
 def warm_triton(seed: int, indices: list, variants: int, jobs: int) -> None:
     """Compile the cases' Triton specialisations in ``jobs`` GPU processes (each a share of the
-    cases, round robin), so that a first run does not compile them one by one (~1.5 s each)."""
+    cases, round robin), so that a first run does not compile them one by one (~1.5 s each).
+    Prints the time and how many entries Triton's disk cache gained (its compiles)."""
     shares = [indices[j::jobs] for j in range(min(jobs, len(indices)))]
-    t0 = time.perf_counter()
-    print(f"fuzz: compiling the Triton specialisations of {len(indices)} cases in {len(shares)} processes ...",
-          file=sys.stderr, flush=True)
+    t0, before = time.perf_counter(), triton_cache_entries()
+    print(f"fuzz: compiling the Triton specialisations of {len(indices)} cases in {len(shares)} processes "
+          f"(Triton disk cache: {before} entries) ...", file=sys.stderr, flush=True)
     with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("spawn")) as pool:
         ran = sum(pool.map(_triton_warm_worker, [(seed, share, variants, "cuda") for share in shares]))
-    print(f"fuzz: {ran} Triton calls warm in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    print(f"fuzz: {ran} Triton calls warm in {time.perf_counter() - t0:.1f} s; Triton disk cache "
+          f"{before} -> {triton_cache_entries()} entries", file=sys.stderr, flush=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
