@@ -309,12 +309,24 @@ def test_gpu_transpose_probe_matches_model(tile_n, rows_valid):
     assert torch.equal(vt.cpu(), want)
 
 
+def _run_quantize_probe(q: torch.Tensor, k_step_rows: bool):
+    """`QuantizeProbe` on the GPU: (its e4m3 tile as float32 values, its (2, 64) scales), on
+    the CPU. The tile starts as e4m3 NaN bytes, so a byte the probe does not write shows."""
+    from cute_kernels.fp8_operand_probe import QuantizeProbe, fake_args
+
+    fn = _compile(QuantizeProbe(k_step_rows=k_step_rows), fake_args("quantize", 64, "bf16" if q.dtype == torch.bfloat16 else "f16"))
+    q8 = torch.full((64, 512), 0x7F, dtype=torch.uint8, device="cuda")
+    sc = torch.zeros(2, 64, dtype=torch.float32, device="cuda")
+    fn(q.cuda(), q8, sc, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    return q8.cpu().view(torch.float8_e4m3fn).float(), sc.cpu()
+
+
 @pytest.mark.gpu
 @needs_dsl
 @pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_quantize_probe_matches_emulation(dtype):
-    from cute_kernels.fp8_operand_probe import QuantizeProbe, fake_args
     from fa512.numerics.emulation import quantize_q_rows
 
     g = torch.Generator().manual_seed(7)
@@ -323,13 +335,9 @@ def test_gpu_quantize_probe_matches_emulation(dtype):
     q[5, 256:] *= 1e-4  # halves with very different ranges
     q = q.to(dtype)
     q_hi, _, scale = quantize_q_rows(q, pow2=True, groups=2)
-    fn = _compile(QuantizeProbe(), fake_args("quantize", 64, "bf16" if dtype == torch.bfloat16 else "f16"))
-    q8 = torch.zeros(64, 512, dtype=torch.uint8, device="cuda")
-    sc = torch.zeros(2, 64, dtype=torch.float32, device="cuda")
-    fn(q.cuda(), q8, sc, torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    assert torch.equal(q8.cpu().view(torch.float8_e4m3fn).float(), q_hi)
-    assert torch.equal(sc.cpu(), torch.stack([scale[:, 0], scale[:, 256]]))
+    got, sc = _run_quantize_probe(q, k_step_rows=False)
+    assert torch.equal(got, q_hi)
+    assert torch.equal(sc, torch.stack([scale[:, 0], scale[:, 256]]))
 
 
 def _k_step_rows_model(q: torch.Tensor):
@@ -369,23 +377,16 @@ def test_k_step_rows_model_rebuilds_the_scaled_rows():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_k_step_rows_quantize_probe_matches_its_model(dtype):
     # the decode layout's Q quantisation (`quantize_q_half(k_step_rows=True)`) alone, bit for bit
-    from cute_kernels.fp8_operand_probe import QuantizeProbe, fake_args
-
     g = torch.Generator().manual_seed(11)
     q = torch.randn(64, 512, generator=g) * torch.exp(torch.randn(64, 16, generator=g).repeat_interleave(32, 1) * 2)
     q[2] = 0.0  # an all-zero query row: scale 1
     q[7, 300:332] *= 1e-5  # one k-step far below the others
     q = q.to(dtype)
     tile, scales = _k_step_rows_model(q)
-    fn = _compile(QuantizeProbe(k_step_rows=True), fake_args("quantize", 64, "bf16" if dtype == torch.bfloat16 else "f16"))
-    q8 = torch.full((64, 512), 0x7F, dtype=torch.uint8, device="cuda")
-    sc = torch.zeros(2, 64, dtype=torch.float32, device="cuda")
-    fn(q.cuda(), q8, sc, torch.cuda.current_stream().cuda_stream)
-    torch.cuda.synchronize()
-    got = q8.cpu().view(torch.float8_e4m3fn).float()
+    got, sc = _run_quantize_probe(q, k_step_rows=True)
     bad = (got != tile).nonzero()
     assert bad.numel() == 0, f"{len(bad)} bytes differ, first (row, col): {bad[:4].tolist()}"
-    assert torch.equal(sc.cpu(), scales), (sc.cpu() != scales).nonzero()[:4].tolist()
+    assert torch.equal(sc, scales), (sc != scales).nonzero()[:4].tolist()
 
 
 @needs_dsl
