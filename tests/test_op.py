@@ -166,7 +166,16 @@ def test_sm90_grid_limit_on_sequences_is_refused_with_the_reason():
     from fa512.backends.cute import grid_refusal
 
     assert grid_refusal(65535) is None
-    assert "65536 sequences" in grid_refusal(65536)
+    n = 65536  # one-token sequences over one-key packed KV: cheap to plan on the CPU
+    q = torch.zeros(n, 1, fa512.HEAD_DIM, dtype=torch.float16)
+    k = torch.zeros(n + 5, 1, fa512.HEAD_DIM, dtype=torch.float16)
+    cu = torch.arange(n + 1, dtype=torch.int32)
+    kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, seqused_k=torch.ones(n, dtype=torch.int32), max_seqlen_q=1,
+              max_seqlen_k=1, target="sm_90:132")
+    with pytest.raises(fa512.KernelUnavailableError, match="65536 sequences exceed CUDA's grid limit 65535"):
+        fa512.plan(q, k, k, **kw, kernel="mma16")
+    with pytest.raises(fa512.KernelUnavailableError, match="no kernel can serve"):  # Triton refuses it too
+        fa512.plan(q, k, k, **kw)
 
 
 def test_other_gpus_route_to_triton():

@@ -52,7 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..contract import HEAD_DIM
+from ..contract import HEAD_DIM, MAX_GRID_YZ
 from ..planning.problem import FwdArgs, Problem
 
 LOG2E = 1.4426950408889634
@@ -67,8 +67,6 @@ _SMEM_PER_BLOCK = {
     (12, 0): 101376, (12, 1): 101376,
 }
 _SMEM_DEFAULT = 101376
-# Grid axes 1 and 2 are limited to 65535 programs by CUDA.
-_MAX_GRID_YZ = 65535
 
 
 @dataclass(frozen=True)
@@ -166,10 +164,10 @@ def unsupported(problem: Problem, target) -> Optional[str]:
             return f"fp8 e4m3 K/V needs sm_89 or newer in Triton, got sm_{cap[0]}{cap[1]}"
     elif target.device_type != "cpu":
         return f"the Triton kernel runs on CUDA devices (or CPU under TRITON_INTERPRET=1), not {target.device_type}"
-    if problem.batch > _MAX_GRID_YZ:
-        return f"batch {problem.batch} exceeds the grid limit {_MAX_GRID_YZ}"
-    if problem.num_kv_heads > _MAX_GRID_YZ:
-        return f"Hkv={problem.num_kv_heads} exceeds the grid limit {_MAX_GRID_YZ}"
+    if problem.batch > MAX_GRID_YZ:
+        return f"batch {problem.batch} exceeds the grid limit {MAX_GRID_YZ}"
+    if problem.num_kv_heads > MAX_GRID_YZ:
+        return f"Hkv={problem.num_kv_heads} exceeds the grid limit {MAX_GRID_YZ}"
     return None
 
 
