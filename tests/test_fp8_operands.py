@@ -286,15 +286,18 @@ def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
+def gpu_probe(test):
+    """A probe test: GPU-marked, run on an SM90 GPU with the DSL installed."""
+    return pytest.mark.gpu(needs_dsl(pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")(test)))
+
+
 def _compile(obj, args):
     import cutlass.cute as cute
 
     return cute.compile(obj, *args, options="--enable-tvm-ffi")
 
 
-@pytest.mark.gpu
-@needs_dsl
-@pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
+@gpu_probe
 @pytest.mark.parametrize("tile_n, rows_valid", [(64, 64), (64, 37), (32, 32), (32, 5)])
 def test_gpu_transpose_probe_matches_model(tile_n, rows_valid):
     from cute_kernels.fp8_operand_probe import TransposeProbe, fake_args
@@ -322,9 +325,7 @@ def _run_quantize_probe(q: torch.Tensor, k_step_rows: bool):
     return q8.cpu().view(torch.float8_e4m3fn).float(), sc.cpu()
 
 
-@pytest.mark.gpu
-@needs_dsl
-@pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
+@gpu_probe
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_quantize_probe_matches_emulation(dtype):
     from fa512.numerics.emulation import quantize_q_rows
@@ -371,9 +372,7 @@ def test_k_step_rows_model_rebuilds_the_scaled_rows():
     assert (tile[8:16, :32] == 0).all() and (tile[:8, 32:256] == 0).all()
 
 
-@pytest.mark.gpu
-@needs_dsl
-@pytest.mark.skipif(not _sm90(), reason="needs an SM90 GPU")
+@gpu_probe
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_k_step_rows_quantize_probe_matches_its_model(dtype):
     # the decode layout's Q quantisation (`quantize_q_half(k_step_rows=True)`) alone, bit for bit
