@@ -12,7 +12,7 @@ new=$1 base=$2; shift 2
 K=${K:-fp8_mma,mma16[fp8kv],mma16[bf16kv],triton[fp8kv]}
 OUT=${OUT:-out/ab_trees}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: the rounds write it from inside the trees
-cache_of() { echo "/root/cache_$(basename "$(cd "$1" && pwd)")"; }
+source "$(dirname "$0")/tree_cache.sh"
 t0=$(date +%s)
 if [ "${FILL:-1}" = 1 ]; then
   for dir in "$new" "$base"; do

@@ -15,6 +15,7 @@
 #   6. the tools half in each AB tree that passed.
 set -u
 KD=/root/keep
+source "$(dirname "$0")/tree_cache.sh"
 if [ "${1:-}" = poll ]; then
   end=$(( $(date +%s) + ${2:-500} ))
   while [ "$(date +%s)" -lt $end ]; do
@@ -41,7 +42,7 @@ trees=$(for p in $PATCHES; do [ -e /root/wip_$p/BUILD_FAILED ] || echo $p; done)
 bash profiles/wip_trees.sh fill $trees >> $KD/progress.txt 2>&1
 log "filled"
 run_main() {  # name commands: shell commands from the repository root, on main's compile cache
-  FA512_CACHE_DIR=/root/cache_$(basename "$PWD") bash -c "$2" > $KD/$1.log 2>&1
+  FA512_CACHE_DIR=$(cache_of .) bash -c "$2" > $KD/$1.log 2>&1
   log "$1 rc=$?"
 }
 [ -n "$FIRST" ] && run_main first "$FIRST"

@@ -18,7 +18,7 @@ ROOT=$PWD
 KERNEL_HALF="tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py"
 TOOLS_HALF="tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py"
 tree_of() { if [ "$1" = main ]; then echo "$ROOT"; else echo "/root/wip_$1"; fi; }
-cache_of() { echo "/root/cache_$(basename "$1")"; }
+source "$(dirname "$0")/tree_cache.sh"
 in_tree() {  # NAME command...: run in the tree with its own cache and sources first on the path
   local dir; dir=$(tree_of "$1"); shift
   ( cd "$dir" && PYTHONPATH=python:.:${PYTHONPATH:-} FA512_CACHE_DIR=$(cache_of "$dir") "$@" )

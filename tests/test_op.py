@@ -163,7 +163,7 @@ def test_sm90_unsupported_page_size_falls_to_triton_with_reason():
 
 def test_sm90_grid_limit_on_sequences_is_refused_with_the_reason():
     # the SM90 forward's grid is (m blocks, tile heads x splits, sequences): z stops at 65535
-    from fa512.backends.cute import grid_refusal
+    from fa512.backends.base import grid_refusal
 
     assert grid_refusal(65535) is None
     n = 65536  # one-token sequences over one-key packed KV: cheap to plan on the CPU

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from ..contract import MAX_SPLITS, REFERENCE_ONLY_DTYPES
+from ..contract import MAX_GRID_YZ, MAX_SPLITS, REFERENCE_ONLY_DTYPES
 from ..errors import KernelUnavailableError
 from ..planning.descales import descale_view
 from ..planning.problem import FwdArgs, Problem
@@ -89,6 +89,14 @@ def reference_only_dtype(problem: Problem) -> Optional[str]:
     for name, dtype in (("q", problem.q_dtype), ("K/V", problem.kv_dtype)):
         if dtype in REFERENCE_ONLY_DTYPES:
             return f"{name} in {dtype}: only the reference kernel computes in float32 (pass bf16/fp16)"
+    return None
+
+
+def grid_refusal(num_seqs: int) -> Optional[str]:
+    """Why a forward whose grid has one z index per sequence (the SM90 and Triton kernels; the
+    dispatch checks y) cannot be launched: CUDA caps grid z at `MAX_GRID_YZ`. None when it can."""
+    if num_seqs > MAX_GRID_YZ:
+        return f"{num_seqs} sequences exceed CUDA's grid limit {MAX_GRID_YZ} (grid z)"
     return None
 
 

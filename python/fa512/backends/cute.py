@@ -20,10 +20,9 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from ..contract import MAX_GRID_YZ
 from ..errors import KernelUnavailableError, arg_error
 from ..planning.problem import FwdArgs, Problem
-from .base import Backend, Launcher, PartialLauncher, reference_only_dtype
+from .base import Backend, Launcher, PartialLauncher, grid_refusal, reference_only_dtype
 
 WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
 
@@ -47,14 +46,6 @@ def mask_kind(problem: Problem) -> str:
 def _dtype_name(dtype: torch.dtype) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "f16", torch.float8_e4m3fn: "fp8_e4m3"}[dtype]
 
-
-
-def grid_refusal(num_seqs: int) -> Optional[str]:
-    """Why the SM90 forward's grid (m blocks, tile heads x splits, sequences) cannot be
-    launched: CUDA caps grid z at `MAX_GRID_YZ` (the dispatch checks y); None when it can."""
-    if num_seqs > MAX_GRID_YZ:
-        return f"{num_seqs} sequences exceed CUDA's grid limit {MAX_GRID_YZ} (grid z)"
-    return None
 
 class LaunchState(NamedTuple):
     """What every launch of one call signature needs (`CuteLauncher`, `_run`)."""

@@ -54,6 +54,7 @@ import triton.language as tl
 
 from ..contract import HEAD_DIM, MAX_GRID_YZ
 from ..planning.problem import FwdArgs, Problem
+from .base import grid_refusal
 
 LOG2E = 1.4426950408889634
 
@@ -164,8 +165,8 @@ def unsupported(problem: Problem, target) -> Optional[str]:
             return f"fp8 e4m3 K/V needs sm_89 or newer in Triton, got sm_{cap[0]}{cap[1]}"
     elif target.device_type != "cpu":
         return f"the Triton kernel runs on CUDA devices (or CPU under TRITON_INTERPRET=1), not {target.device_type}"
-    if problem.batch > MAX_GRID_YZ:
-        return f"batch {problem.batch} exceeds the grid limit {MAX_GRID_YZ}"
+    if (refusal := grid_refusal(problem.batch)) is not None:
+        return refusal
     if problem.num_kv_heads > MAX_GRID_YZ:
         return f"Hkv={problem.num_kv_heads} exceeds the grid limit {MAX_GRID_YZ}"
     return None
