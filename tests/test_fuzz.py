@@ -217,6 +217,27 @@ def test_triton_warm_worker_runs_the_cases_calls(triton_interpreter):
     assert fuzz._triton_warm_worker((1, cases, fuzz_cases.DEFAULT_VARIANTS, "cpu")) == len(cases) == 2
 
 
+def test_triton_warm_shares_give_each_compile_key_one_process():
+    # fuzz.triton_shares: every case Triton plans is in exactly one share, and no compile key
+    # is in two shares, so no process compiles what another compiles
+    target = "sm_90:132"
+    specs = [fuzz_cases.make_spec(0, i) for i in range(120)]
+    shares = fuzz.triton_shares(specs, target, 8)
+    keys = {}
+    for spec in specs:
+        call, _, _ = fuzz_cases.call_on(fuzz_cases.build(spec), torch.device("cpu"))
+        try:
+            keys[spec.index] = fuzz.triton_compile_key(fa512.plan(**call, kernel="triton", target=target))
+        except (fa512.KernelUnavailableError, ValueError):
+            pass
+    assert sorted(i for share in shares for i in share) == sorted(keys)
+    owner = {}
+    for j, share in enumerate(shares):
+        for i in share:
+            assert owner.setdefault(keys[i], j) == j, f"key of case {i} in shares {owner[keys[i]]} and {j}"
+    assert 1 < len(shares) <= 8 and len(owner) < len(keys)
+
+
 # -- GPU ----------------------------------------------------------------------------------------
 
 

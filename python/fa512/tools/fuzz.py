@@ -42,7 +42,10 @@ compiles the planned CuTe DSL kernels in parallel into the FA512_CACHE_DIR disk 
 kernels for 150-500 cases in 16-32 s on 16 cores). Triton compiles one specialisation per case
 or so on first use (~1.5 s each: 236 s for 150 cases run in order, and 500 cases did not finish
 within a 570 s GPU test, H200 2026-12-02), so with ``--jobs`` other than 1 a pool of GPU processes
-first runs each case's Triton call once, a share of the cases each, into Triton's own disk cache.
+first runs each case's Triton call once, into Triton's own disk cache. The cases are shared out by
+the forward kernel's compile key (`triton_compile_key`), so no two processes compile the same
+specialisation: with round-robin shares 16 processes took 182.5 s for 143 cache entries (H200,
+2026-12-02, with `profiles/wip/triton_plain_args.patch` applied).
 """
 
 from __future__ import annotations
@@ -355,13 +358,51 @@ def triton_cache_entries() -> int:
         return -1
 
 
-def warm_triton(seed: int, indices: list, variants: int, jobs: int) -> None:
-    """Compile the cases' Triton specialisations in ``jobs`` GPU processes (each a share of the
-    cases, round robin), so that a first run does not compile them one by one (~1.5 s each).
+def triton_compile_key(p) -> tuple:
+    """What a Triton plan's forward kernel is compiled for, as far as the host sees it: the
+    config's compile-time fields, the constexprs `backends.triton_fwd.launch` derives from the
+    problem, and the dtypes. Triton also specialises on pointer and stride alignment, so one
+    key can stand for several compiles, never the reverse. (The split combine, a small kernel
+    with few variants, is left out.)"""
+    c, pr = p.config, p.problem
+    return (c.block_m, c.block_n, c.num_warps, c.num_stages, c.q_to_fp16, c.lazy_rescale,
+            pr.q_dtype, pr.kv_dtype, pr.group_size, pr.page_size if pr.paged else 0,
+            pr.window_left >= 0, pr.window_right >= 0, tuple(m != "none" for m in pr.descale_modes),
+            int(p.num_splits) > 1)
+
+
+def triton_shares(specs: list, target, jobs: int) -> list:
+    """The case indices for the warm pool's ``jobs`` processes: cases with one
+    `triton_compile_key` go to one process, so a specialisation compiles once, not in every
+    process whose share needs it (round-robin shares did: 143 kernels in 182 s on 16 processes,
+    H200 2026-12-02). Groups are dealt largest first to the least loaded share, a group
+    weighing one compile plus a little per case. Cases Triton refuses are left out."""
+    groups = {}
+    for spec in specs:
+        call, _, _ = call_on(build(spec), "cpu")
+        try:
+            p = fa512.plan(**call, kernel="triton", target=target)
+        except (fa512.KernelUnavailableError, ValueError):
+            continue
+        groups.setdefault(triton_compile_key(p), []).append(spec.index)
+    shares = [[] for _ in range(max(1, min(jobs, len(groups))))]
+    load = [0.0] * len(shares)
+    for members in sorted(groups.values(), key=len, reverse=True):
+        j = load.index(min(load))
+        shares[j] += members
+        load[j] += 1.0 + 0.05 * len(members)
+    return [share for share in shares if share]
+
+
+def warm_triton(seed: int, specs: list, variants: int, target, jobs: int) -> None:
+    """Compile the cases' Triton specialisations in up to ``jobs`` GPU processes (shares from
+    `triton_shares`), so that a first run does not compile them one by one (~1.5 s each).
     Prints the time and how many entries Triton's disk cache gained (its compiles)."""
-    shares = [indices[j::jobs] for j in range(min(jobs, len(indices)))]
+    shares = triton_shares(specs, target, jobs)
+    if not shares:
+        return
     t0, before = time.perf_counter(), triton_cache_entries()
-    print(f"fuzz: compiling the Triton specialisations of {len(indices)} cases in {len(shares)} processes "
+    print(f"fuzz: compiling the Triton specialisations of {sum(map(len, shares))} cases in {len(shares)} processes "
           f"(Triton disk cache: {before} entries) ...", file=sys.stderr, flush=True)
     with ProcessPoolExecutor(len(shares), mp_context=multiprocessing.get_context("spawn")) as pool:
         ran = sum(pool.map(_triton_warm_worker, [(seed, share, variants, "cuda") for share in shares]))
@@ -423,7 +464,7 @@ def main(args: argparse.Namespace) -> int:
     if device.type == "cuda" and args.jobs != 1 and any(k in SM90_KERNELS + ("auto",) for k in kernels):
         precompile(specs, kernels, target_of(device), args.jobs or os.cpu_count() or 1)
     if device.type == "cuda" and args.jobs != 1 and "triton" in kernels and len(indices) > 1:
-        warm_triton(args.seed, indices, args.variants, args.jobs or os.cpu_count() or 1)
+        warm_triton(args.seed, specs, args.variants, target_of(device), args.jobs or os.cpu_count() or 1)
 
     stats = {k: dict(cases=0, seconds=0.0, worst={}, reasons={}, **dict.fromkeys(("pass", "refused", "skipped", "fail"), 0))
              for k in kernels}

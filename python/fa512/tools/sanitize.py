@@ -52,12 +52,17 @@ class SweepCase:
     num_splits: int
     descale: tuple  # (q, k, v)
     alternate: bool  # the alternating prefill layout (racecheck: the known limitation)
+    # The host bound the plan sees (`max_seqlen_k`); 0: the longest k_len. Paged cases with a
+    # bound get page-table rows that wide, the entries no key reaches pointing at page 0.
+    max_seqlen_k: int = 0
 
     def describe(self) -> str:
         mask = "local" if self.window_left >= 0 else ("causal" if self.causal else "full")
         kv = f"paged{self.page_size}" if self.page_size else "packed"
+        bound = f" max_seqlen_k={self.max_seqlen_k}" if self.max_seqlen_k else ""
         return (f"{self.kernel} kv={self.kv_dtype} q={self.q_dtype} {kv} G={self.group} q_lens={list(self.q_lens)} "
-                f"k_lens={list(self.k_lens)} {mask} splits={self.num_splits} descale={''.join('1' if d else '0' for d in self.descale)}")
+                f"k_lens={list(self.k_lens)}{bound} {mask} splits={self.num_splits} "
+                f"descale={''.join('1' if d else '0' for d in self.descale)}")
 
 
 def case_for(cfg) -> SweepCase:
@@ -74,9 +79,15 @@ def case_for(cfg) -> SweepCase:
         q_len = TILE_M // g
     else:
         q_len = max(2, 40 // g)
-    # the long-context variants: P.V promoted, or (split-d split) the same 24 / 240 registers
+    # The long-context variants: P.V promoted, or (split-d split) the same 24 / 240 registers.
+    # The dispatch picks them from the host bound, so a paged case reads a few blocks under a
+    # long bound, as a CUDA graph captured for long contexts does; racecheck ran out of 280 s on
+    # the alternating layout's three M tiles over all 16461 keys (H200, 2026-12-02).
     long = cfg.mma_path == "fp8_mma" and (cfg.pv_promote or (cfg.layout == "split_d" and cfg.producer_regs == 24))
-    k_lens = (PV_PROMOTE_MIN_KEYS + 77,) if long else (3 * 64 + 37, 64 + 5)
+    bound = PV_PROMOTE_MIN_KEYS + 77 if long and cfg.is_paged else 0
+    k_lens = (PV_PROMOTE_MIN_KEYS + 77,) if long and not bound else (3 * 64 + 37, 64 + 5)
+    if bound:
+        k_lens = k_lens[:1]
     q_lens = (q_len,) * len(k_lens)
     causal = cfg.mask in ("causal", "local")
     kv = {"bf16": "bf16", "f16": "f16"}.get(cfg.mma_path, "fp8")
@@ -84,7 +95,7 @@ def case_for(cfg) -> SweepCase:
         key=cfg.key(), kernel="fp8_mma" if cfg.mma_path == "fp8_mma" else "mma16", kv_dtype=kv, q_dtype=cfg.q_dtype,
         page_size=cfg.page_size if cfg.is_paged else 0, group=g, q_lens=q_lens, k_lens=k_lens, causal=causal,
         window_left=100 if cfg.mask == "local" else -1, num_splits=2 if cfg.split else 1, descale=tuple(cfg.descale),
-        alternate=cfg.layout == "alternate",
+        alternate=cfg.layout == "alternate", max_seqlen_k=bound,
     )
 
 
@@ -108,13 +119,14 @@ def make_call(case: SweepCase, device, seed: int = 0):
     q = torch.randn(sum(case.q_lens), hq, D, generator=g).to(qd)
     i32 = dict(dtype=torch.int32)
     kw = dict(cu_seqlens_q=torch.tensor([0, *torch.tensor(case.q_lens).cumsum(0).tolist()], **i32),
-              seqused_k=torch.tensor(case.k_lens, **i32), max_seqlen_q=max(case.q_lens), max_seqlen_k=max(case.k_lens),
+              seqused_k=torch.tensor(case.k_lens, **i32), max_seqlen_q=max(case.q_lens),
+              max_seqlen_k=case.max_seqlen_k or max(case.k_lens),
               softmax_scale=D ** -0.5, causal=case.causal, window_left=case.window_left,
               num_splits=case.num_splits, kernel=case.kernel)
     if case.page_size:
         per_seq = [-(-n // case.page_size) for n in case.k_lens]
         pages = sum(per_seq) + 1  # one page no sequence references
-        table = torch.zeros(b, max(per_seq), **i32)
+        table = torch.zeros(b, max(*per_seq, -(-case.max_seqlen_k // case.page_size)), **i32)
         order = torch.randperm(pages, generator=g)[: sum(per_seq)].int()
         start = 0
         for i, n in enumerate(per_seq):
