@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One GPU session's work on the profiles/wip patches, as a detached chain that outlives the
 # device call (DSL env sourced, repository root = main). Logs in /root/keep, one line per step
-# in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`.
-#   PATCHES="a b" [AB="a"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
+# in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`
+# (it leaves /root/keep as $OUT/keep.tgz).
+#   PATCHES="a b" [AB="a"] [AB_PREFILL="b"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
 # Steps, in order:
 #   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
 #      then FIRST (shell commands on main, with main's compile cache: what must not wait);
@@ -10,7 +11,8 @@
 #      "triton" (else in main), first thing on the quiet GPU, so Triton's cache is cold;
 #   3. the GPU suite's kernel half in every tree at once;
 #   4. for each patch in AB whose kernel half passed: `ab_trees.sh` against main, rounds
-#      new / main / main / new (latency + decode --quick), the GPU quiet;
+#      new / main / main / new (latency + decode --quick), the GPU quiet; the same for each
+#      patch in AB_PREFILL with MODE=prefill (bench --modes prefill,chunked);
 #   5. EXTRA (shell commands on main, as FIRST);
 #   6. the tools half in each AB tree that passed.
 set -u
@@ -22,14 +24,15 @@ if [ "${1:-}" = poll ]; then
     grep -q "${3:-ALL DONE}" $KD/progress.txt 2>/dev/null && break
     sleep 5
   done
-  cp -r $KD/. "${OUT:-out}/" 2>/dev/null
+  # one tarball: the device tool returns at most 8 files of $OUT (session 18 lost its logs to that)
+  mkdir -p "${OUT:-out}" && tar czf "${OUT:-out}/keep.tgz" -C $KD . 2>/dev/null
   cat $KD/progress.txt 2>/dev/null
   exit 0
 fi
 if [ "${1:-}" = start ]; then
   if pgrep -f "[w]ip_session.sh chain" > /dev/null; then echo "a chain is still running: poll it"; exit 1; fi
   rm -rf $KD && mkdir -p $KD
-  PATCHES=${PATCHES:-} AB=${AB:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
+  PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
     > $KD/chain.log 2>&1 < /dev/null &
   sleep 2; echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' FUZZ=${FUZZ:-0}"; exit 0
 fi
@@ -57,12 +60,14 @@ fi
 [ -n "$trees" ] && bash profiles/wip_trees.sh kernels $trees >> $KD/progress.txt 2>&1
 log "kernel halves done"
 passed=""
-for p in $AB; do
+for p in $AB $AB_PREFILL; do
   echo " $trees " | tr '\n' ' ' | grep -q " $p " || { log "ab $p skipped: its tree did not build"; continue; }
   summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log 2>/dev/null | tail -n 1)
   if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
     passed="$passed $p"
-    FILL=0 OUT=$KD/ab_$p bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1
+    mode=latency
+    case " $AB_PREFILL " in *" $p "*) mode=prefill ;; esac
+    MODE=$mode FILL=0 OUT=$KD/ab_$p bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1
     log "ab $p done"
   else
     log "ab $p skipped: its kernel half did not pass"

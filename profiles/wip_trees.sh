@@ -38,14 +38,23 @@ case $step in
         touch "$dir/BUILD_FAILED"
       fi
     done ;;
-  fill)  # main is always filled; a NAME "main" is not filled twice
+  fill)  # main is always filled; a NAME "main" is not filled twice. A patch that changes no
+    # kernel source (cute_kernels/, the compile cache) shares main's cache: session 18's five
+    # parallel fills took 189 s, against ~85 s for three.
     names="main $(printf '%s\n' "$@" | grep -vx main | tr '\n' ' ')"
     declare -A pid
     for name in $names; do
+      if [ "$name" != main ] && ! grep -qE '^diff --git a/(cute_kernels/|python/fa512/backends/(compile_cache|launch_shim)\.py)' \
+          "$ROOT/profiles/wip/$name.patch"; then
+        rm -rf "$(cache_of "$(tree_of "$name")")"
+        ln -s "$(cache_of "$ROOT")" "$(cache_of "$(tree_of "$name")")"
+        echo "fill $name: shares main's cache (the patch changes no kernel source)"
+        continue
+      fi
       in_tree "$name" timeout 400 python3 -m fa512 compile --fill-cache --jobs 6 > "$OUT/fill_$name.log" 2>&1 &
       pid[$name]=$!
     done
-    for name in $names; do
+    for name in "${!pid[@]}"; do
       wait "${pid[$name]}"; rc=$?
       echo "fill $name: rc=$rc $(tail -n 1 "$OUT/fill_$name.log" | cut -c1-120)"
     done ;;
