@@ -4,7 +4,8 @@
 # in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`
 # (it leaves /root/keep as $OUT/keep.tgz).
 #   PATCHES="a b" [AB="a"] [AB_PREFILL="b"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
-# Steps, in order:
+# The chain runs in a snapshot of the repository root taken at start ($SNAP), with its own
+# compile cache. Steps, in order:
 #   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
 #      then FIRST (shell commands on main, with main's compile cache: what must not wait);
 #   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in the last tree whose name starts with
@@ -17,6 +18,7 @@
 #   6. the tools half in each AB tree that passed.
 set -u
 KD=/root/keep
+SNAP=/root/chain_main  # the tree the chain runs in ("main" below; its cache /root/cache_chain_main)
 source "$(dirname "$0")/tree_cache.sh"
 if [ "${1:-}" = poll ]; then
   end=$(( $(date +%s) + ${2:-500} ))
@@ -32,8 +34,13 @@ fi
 if [ "${1:-}" = start ]; then
   if pgrep -f "[w]ip_session.sh chain" > /dev/null; then echo "a chain is still running: poll it"; exit 1; fi
   rm -rf $KD && mkdir -p $KD
-  PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} EXTRA=${EXTRA:-} setsid nohup bash "$0" chain \
-    > $KD/chain.log 2>&1 < /dev/null &
+  # The chain runs in a snapshot of this tree: every device call re-copies the working tree into
+  # the repository root, and a compile reading a file as it is replaced fails (session 18's fill
+  # of main: "the source of store_tile is not available", while a poll call had started).
+  rm -rf $SNAP && mkdir -p $SNAP
+  tar --exclude=./.device --exclude=./profiles/results -cf - . | tar -xf - -C $SNAP
+  ( cd $SNAP && PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} \
+      EXTRA=${EXTRA:-} setsid nohup bash profiles/wip_session.sh chain > $KD/chain.log 2>&1 < /dev/null & )
   sleep 2; echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' FUZZ=${FUZZ:-0}"; exit 0
 fi
 [ "${1:-}" = chain ] || { echo "usage: $0 start | poll [SECONDS] [UNTIL]"; exit 2; }
