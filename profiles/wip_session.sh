@@ -3,7 +3,8 @@
 # device call (DSL env sourced, repository root = main). Logs in /root/keep, one line per step
 # in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`
 # (it leaves /root/keep as $OUT/keep.tgz).
-#   PATCHES="a b" [AB="a"] [AB_PREFILL="b"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
+#   PATCHES="a b" [AB="a"] [AB_PREFILL="b"] [FINAL="a b"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] \
+#     bash profiles/wip_session.sh start
 # The chain runs in a snapshot of the repository root taken at start ($SNAP), with its own
 # compile cache. Steps, in order:
 #   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
@@ -15,7 +16,9 @@
 #      new / main / main / new (latency + decode --quick), the GPU quiet; the same for each
 #      patch in AB_PREFILL with MODE=prefill (bench --modes prefill,chunked);
 #   5. EXTRA (shell commands on main, as FIRST);
-#   6. the tools half in each AB tree that passed.
+#   6. the tools half in each AB tree that passed; or, with FINAL, the whole GPU suite in one tree
+#      of main plus the FINAL patches (built and filled with the others): the suite of main as it
+#      would be with them landed.
 set -u
 KD=/root/keep
 SNAP=/root/chain_main  # the tree the chain runs in ("main" below; its cache /root/cache_chain_main)
@@ -39,7 +42,7 @@ if [ "${1:-}" = start ]; then
   # of main: "the source of store_tile is not available", while a poll call had started).
   rm -rf $SNAP && mkdir -p $SNAP
   tar --exclude=./.device --exclude=./profiles/results -cf - . | tar -xf - -C $SNAP
-  ( cd $SNAP && PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} \
+  ( cd $SNAP && PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FINAL=${FINAL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} \
       EXTRA=${EXTRA:-} setsid nohup bash profiles/wip_session.sh chain > $KD/chain.log 2>&1 < /dev/null & )
   sleep 2; echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' FUZZ=${FUZZ:-0}"; exit 0
 fi
@@ -49,7 +52,12 @@ t0=$(date +%s)
 log() { echo "$(( $(date +%s) - t0 ))s $*" >> $KD/progress.txt; }
 bash profiles/wip_trees.sh build $PATCHES >> $KD/progress.txt 2>&1
 trees=$(for p in $PATCHES; do [ -e /root/wip_$p/BUILD_FAILED ] || echo $p; done)  # the patches that applied
-bash profiles/wip_trees.sh fill $trees >> $KD/progress.txt 2>&1
+final=""
+if [ -n "$FINAL" ]; then
+  bash profiles/wip_trees.sh build_set final $FINAL >> $KD/progress.txt 2>&1
+  [ -e /root/wip_final/BUILD_FAILED ] || final=final
+fi
+bash profiles/wip_trees.sh fill $trees $final >> $KD/progress.txt 2>&1
 log "filled"
 run_main() {  # name commands: shell commands from the repository root, on main's compile cache
   FA512_CACHE_DIR=$(cache_of .) bash -c "$2" > $KD/$1.log 2>&1
@@ -81,5 +89,11 @@ for p in $AB $AB_PREFILL; do
   fi
 done
 [ -n "$EXTRA" ] && run_main extra "$EXTRA"
-[ -n "$passed" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
+if [ -n "$final" ]; then
+  bash profiles/wip_trees.sh kernels final >> $KD/progress.txt 2>&1
+  bash profiles/wip_trees.sh tools final >> $KD/progress.txt 2>&1
+  log "final suite done (main + $FINAL)"
+elif [ -n "$passed" ]; then
+  bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
+fi
 log "ALL DONE"

@@ -4,6 +4,7 @@
 # only its own tests: session 17 applied three patches to one tree, one of them broke split
 # decode, and the whole tree's suite and A/B were lost.
 #   bash profiles/wip_trees.sh build NAME...    /root/wip_NAME = this tree + profiles/wip/NAME.patch
+#   bash profiles/wip_trees.sh build_set SET NAME...  /root/wip_SET = this tree + the NAME patches, in order
 #   bash profiles/wip_trees.sh fill NAME...     compile caches of main and of each tree, in parallel
 #   bash profiles/wip_trees.sh kernels NAME...  the GPU suite's kernel half in each tree, in parallel
 #   bash profiles/wip_trees.sh tools NAME...    the GPU suite's tools half in each tree, one at a time
@@ -25,18 +26,23 @@ in_tree() {  # NAME command...: run in the tree with its own cache and sources f
 }
 summary() { grep -E "[0-9]+ (passed|failed)|[0-9]+ errors?( |$)" "$1" | tail -n 1 | cut -c1-140; }
 case $step in
-  build)
-    for name in "$@"; do
+  build|build_set)
+    if [ "$step" = build_set ]; then sets="$1"; shift; else sets="$*"; fi
+    for name in $sets; do
       dir=/root/wip_$name
       rm -rf "$dir" && mkdir -p "$dir"
       cp -r python cute_kernels csrc tests profiles docs pyproject.toml setup.py CMakeLists.txt README.md "$dir"/
       rm -rf "$dir/profiles/results"
-      if (cd "$dir" && patch -p1 --forward --batch < "$ROOT/profiles/wip/$name.patch" > "$OUT/build_$name.log" 2>&1); then
-        echo "build $name: ok ($(grep -c '^patching file' "$OUT/build_$name.log") files)"
-      else
-        echo "build $name: PATCH FAILED (see $OUT/build_$name.log)"
-        touch "$dir/BUILD_FAILED"
-      fi
+      applied=0
+      for patch in $( [ "$step" = build_set ] && echo "$@" || echo "$name" ); do
+        if (cd "$dir" && patch -p1 --forward --batch < "$ROOT/profiles/wip/$patch.patch" >> "$OUT/build_$name.log" 2>&1); then
+          applied=$((applied + 1))
+        else
+          echo "build $name: PATCH $patch FAILED (see $OUT/build_$name.log)"
+          touch "$dir/BUILD_FAILED"
+        fi
+      done
+      [ -e "$dir/BUILD_FAILED" ] || echo "build $name: ok ($applied patch(es), $(grep -c '^patching file' "$OUT/build_$name.log") files)"
     done ;;
   fill)  # main is always filled; a NAME "main" is not filled twice. A patch that changes no
     # kernel source (cute_kernels/, the compile cache) shares main's cache: session 18's five
@@ -44,8 +50,9 @@ case $step in
     names="main $(printf '%s\n' "$@" | grep -vx main | tr '\n' ' ')"
     declare -A pid
     for name in $names; do
-      if [ "$name" != main ] && ! grep -qE '^diff --git a/(cute_kernels/|python/fa512/backends/(compile_cache|launch_shim)\.py)' \
-          "$ROOT/profiles/wip/$name.patch"; then
+      patch_file=$ROOT/profiles/wip/$name.patch  # a set tree (build_set) has none: its own cache
+      if [ "$name" != main ] && [ -f "$patch_file" ] && \
+          ! grep -qE '^diff --git a/(cute_kernels/|python/fa512/backends/(compile_cache|launch_shim)\.py)' "$patch_file"; then
         rm -rf "$(cache_of "$(tree_of "$name")")"
         ln -s "$(cache_of "$ROOT")" "$(cache_of "$(tree_of "$name")")"
         echo "fill $name: shares main's cache (the patch changes no kernel source)"
