@@ -17,8 +17,9 @@
 #      patch in AB_PREFILL with MODE=prefill (bench --modes prefill,chunked);
 #   5. EXTRA (shell commands on main, as FIRST);
 #   6. the tools half in each AB tree that passed; or, with FINAL, the whole GPU suite in one tree
-#      of main plus the FINAL patches (built and filled with the others): the suite of main as it
-#      would be with them landed.
+#      of main plus the FINAL patches (built and filled with the others, its kernel half run in
+#      step 3; its tools half only if every FINAL patch, each also in AB or AB_PREFILL, passed its
+#      own): the suite of main as it would be with them landed.
 set -u
 KD=/root/keep
 SNAP=/root/chain_main  # the tree the chain runs in ("main" below; its cache /root/cache_chain_main)
@@ -27,6 +28,7 @@ if [ "${1:-}" = poll ]; then
   end=$(( $(date +%s) + ${2:-500} ))
   while [ "$(date +%s)" -lt $end ]; do
     grep -q "${3:-ALL DONE}" $KD/progress.txt 2>/dev/null && break
+    pgrep -f "[w]ip_session.sh chain" > /dev/null || { echo "no chain running"; break; }
     sleep 5
   done
   # one tarball: the device tool returns at most 8 files of $OUT (session 18 lost its logs to that)
@@ -44,7 +46,10 @@ if [ "${1:-}" = start ]; then
   tar --exclude=./.device --exclude=./profiles/results -cf - . | tar -xf - -C $SNAP
   ( cd $SNAP && PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FINAL=${FINAL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} \
       EXTRA=${EXTRA:-} setsid nohup bash profiles/wip_session.sh chain > $KD/chain.log 2>&1 < /dev/null & )
-  sleep 2; echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' FUZZ=${FUZZ:-0}"; exit 0
+  sleep 2
+  pgrep -f "[w]ip_session.sh chain" > /dev/null || grep -q "ALL DONE" $KD/progress.txt 2>/dev/null || \
+    { echo "the chain did not start: $KD/chain.log"; exit 1; }
+  echo "started: PATCHES='${PATCHES:-}' AB='${AB:-}' AB_PREFILL='${AB_PREFILL:-}' FINAL='${FINAL:-}' FUZZ=${FUZZ:-0}"; exit 0
 fi
 [ "${1:-}" = chain ] || { echo "usage: $0 start | poll [SECONDS] [UNTIL]"; exit 2; }
 export OUT=$KD PYTHONPATH=python:.:${PYTHONPATH:-}
@@ -72,7 +77,7 @@ if [ "$FUZZ" = 1 ]; then
   ( cd $dir && timeout 400 python3 -m fa512 fuzz --cases 500 --kernel triton > $KD/fuzz_triton_$where.log 2>&1 )
   log "fuzz triton in $where rc=$? $(( $(date +%s) - s ))s: $(grep -E 'warm in|cases on' $KD/fuzz_triton_$where.log | tr '\n' ' ')"
 fi
-[ -n "$trees" ] && bash profiles/wip_trees.sh kernels $trees >> $KD/progress.txt 2>&1
+[ -n "$trees$final" ] && bash profiles/wip_trees.sh kernels $trees $final >> $KD/progress.txt 2>&1  # final's too
 log "kernel halves done"
 passed=""
 for p in $AB $AB_PREFILL; do
@@ -89,11 +94,17 @@ for p in $AB $AB_PREFILL; do
   fi
 done
 [ -n "$EXTRA" ] && run_main extra "$EXTRA"
-if [ -n "$final" ]; then
-  bash profiles/wip_trees.sh kernels final >> $KD/progress.txt 2>&1
+# The whole suite in final only if every FINAL patch passed its kernel half (else final cannot
+# land, and the trees that passed get their tools halves instead).
+all_passed=1
+for p in $FINAL; do case " $passed " in *" $p "*) ;; *) all_passed=0 ;; esac; done
+final_kernels=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_final.log 2>/dev/null | tail -n 1)
+echo "$final_kernels" | grep -q passed && ! echo "$final_kernels" | grep -qE "failed|error" || all_passed=0
+if [ -n "$final" ] && [ $all_passed = 1 ]; then
   bash profiles/wip_trees.sh tools final >> $KD/progress.txt 2>&1
-  log "final suite done (main + $FINAL)"
+  log "final suite done (main + $FINAL: kernel half above, tools half now)"
 elif [ -n "$passed" ]; then
+  [ -n "$final" ] && log "final suite skipped: a FINAL patch or final's kernel half did not pass"
   bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
 fi
 log "ALL DONE"
