@@ -288,6 +288,18 @@ def available_kernels(device) -> list:
     return names
 
 
+def case_plans(specs: list, kernels: list, target):
+    """(spec, plan) for each case and kernel that plans it on ``target`` (CPU tensors; refusals
+    and bad calls skipped): what the GPU warm-ups need to know before any case runs."""
+    for spec in specs:
+        call, _, _ = call_on(build(spec), "cpu")
+        for kernel in kernels:
+            try:
+                yield spec, fa512.plan(**call, kernel=kernel, target=target)
+            except (fa512.KernelUnavailableError, ValueError):
+                continue
+
+
 def _compile_worker(kspec) -> tuple:
     t0 = time.perf_counter()
     try:
@@ -304,15 +316,9 @@ def precompile(specs: list, kernels: list, target, jobs: int) -> dict:
     Which kernels a launch needs is `fa512.backends.cute.kernel_specs`. Returns {kernel key:
     compile error or None}."""
     wanted = {}
-    for spec in specs:
-        call, _, _ = call_on(build(spec), "cpu")
-        for kernel in kernels:
-            try:
-                p = fa512.plan(**call, kernel=kernel, target=target)
-            except (fa512.KernelUnavailableError, ValueError):
-                continue
-            if p.kernel in SM90_KERNELS:
-                wanted.update((ks.key(), ks) for ks in kernel_specs(p.config, p.num_splits) if ks is not None)
+    for _, p in case_plans(specs, kernels, target):
+        if p.kernel in SM90_KERNELS:
+            wanted.update((ks.key(), ks) for ks in kernel_specs(p.config, p.num_splits) if ks is not None)
     if not wanted:
         return {}
     t0 = time.perf_counter()
@@ -378,12 +384,7 @@ def triton_shares(specs: list, target, jobs: int) -> list:
     H200 2026-12-02). Groups are dealt largest first to the least loaded share, a group
     weighing one compile plus a little per case. Cases Triton refuses are left out."""
     groups = {}
-    for spec in specs:
-        call, _, _ = call_on(build(spec), "cpu")
-        try:
-            p = fa512.plan(**call, kernel="triton", target=target)
-        except (fa512.KernelUnavailableError, ValueError):
-            continue
+    for spec, p in case_plans(specs, ["triton"], target):
         groups.setdefault(triton_compile_key(p), []).append(spec.index)
     shares = [[] for _ in range(max(1, min(jobs, len(groups))))]
     load = [0.0] * len(shares)

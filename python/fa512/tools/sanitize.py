@@ -84,10 +84,9 @@ def case_for(cfg) -> SweepCase:
     # long bound, as a CUDA graph captured for long contexts does; racecheck ran out of 280 s on
     # the alternating layout's three M tiles over all 16461 keys (H200, 2026-12-02).
     long = cfg.mma_path == "fp8_mma" and (cfg.pv_promote or (cfg.layout == "split_d" and cfg.producer_regs == 24))
-    bound = PV_PROMOTE_MIN_KEYS + 77 if long and cfg.is_paged else 0
-    k_lens = (PV_PROMOTE_MIN_KEYS + 77,) if long and not bound else (3 * 64 + 37, 64 + 5)
-    if bound:
-        k_lens = k_lens[:1]
+    long_keys = PV_PROMOTE_MIN_KEYS + 77
+    bound = long_keys if long and cfg.is_paged else 0
+    k_lens = (3 * 64 + 37,) if bound else (long_keys,) if long else (3 * 64 + 37, 64 + 5)
     q_lens = (q_len,) * len(k_lens)
     causal = cfg.mask in ("causal", "local")
     kv = {"bf16": "bf16", "f16": "f16"}.get(cfg.mma_path, "fp8")
