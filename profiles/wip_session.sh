@@ -3,23 +3,24 @@
 # device call (DSL env sourced, repository root = main). Logs in /root/keep, one line per step
 # in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`
 # (it leaves /root/keep as $OUT/keep.tgz).
-#   PATCHES="a b" [AB="a"] [AB_PREFILL="b"] [FINAL="a b"] [FUZZ=1] [FIRST="cmd"] [EXTRA="cmd; cmd"] \
-#     bash profiles/wip_session.sh start
+#   PATCHES="a b" [FINAL="a b"] [AB="a final"] [AB_PREFILL="b final"] [FUZZ=1] [FIRST="cmd"] \
+#     [BESIDE="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
 # The chain runs in a snapshot of the repository root taken at start ($SNAP), with its own
 # compile cache. Steps, in order:
-#   1. build a tree per patch (profiles/wip_trees.sh) and fill every compile cache in parallel;
-#      then FIRST (shell commands on main, with main's compile cache: what must not wait);
+#   1. build a tree per patch (profiles/wip_trees.sh) and, with FINAL, one tree "final" of main
+#      plus the FINAL patches (the suite of main as it would be with them landed); fill every
+#      compile cache in parallel; then FIRST (shell commands on main, with main's compile cache:
+#      what must not wait);
 #   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in the last tree whose name starts with
 #      "triton" (else in main), first thing on the quiet GPU, so Triton's cache is cold;
-#   3. the GPU suite's kernel half in every tree at once;
-#   4. for each patch in AB whose kernel half passed: `ab_trees.sh` against main, rounds
-#      new / main / main / new (latency + decode --quick), the GPU quiet; the same for each
-#      patch in AB_PREFILL with MODE=prefill (bench --modes prefill,chunked);
+#   3. the GPU suite's kernel half in every tree at once; beside them, final's tools half (so
+#      final gets the whole suite without a second long wait: 500-660 s alone) and BESIDE
+#      (shell commands on main: correctness work that a busy GPU only slows, e.g. sanitize);
+#   4. for each name in AB whose kernel half passed (a patch's tree, or "final"): `ab_trees.sh`
+#      against main, rounds new / main / main / new (latency + decode --quick), the GPU quiet;
+#      the same for each name in AB_PREFILL with MODE=prefill (bench --modes prefill,chunked);
 #   5. EXTRA (shell commands on main, as FIRST);
-#   6. the tools half in each AB tree that passed; or, with FINAL, the whole GPU suite in one tree
-#      of main plus the FINAL patches (built and filled with the others, its kernel half run in
-#      step 3; its tools half only if every FINAL patch, each also in AB or AB_PREFILL, passed its
-#      own): the suite of main as it would be with them landed.
+#   6. without FINAL, the tools half in each AB tree that passed, one at a time.
 set -u
 KD=/root/keep
 SNAP=/root/chain_main  # the tree the chain runs in ("main" below; its cache /root/cache_chain_main)
@@ -45,7 +46,7 @@ if [ "${1:-}" = start ]; then
   rm -rf $SNAP && mkdir -p $SNAP
   tar --exclude=./.device --exclude=./profiles/results -cf - . | tar -xf - -C $SNAP
   ( cd $SNAP && PATCHES=${PATCHES:-} AB=${AB:-} AB_PREFILL=${AB_PREFILL:-} FINAL=${FINAL:-} FUZZ=${FUZZ:-0} FIRST=${FIRST:-} \
-      EXTRA=${EXTRA:-} setsid nohup bash profiles/wip_session.sh chain > $KD/chain.log 2>&1 < /dev/null & )
+      BESIDE=${BESIDE:-} EXTRA=${EXTRA:-} setsid nohup bash profiles/wip_session.sh chain > $KD/chain.log 2>&1 < /dev/null & )
   sleep 2
   pgrep -f "[w]ip_session.sh chain" > /dev/null || grep -q "ALL DONE" $KD/progress.txt 2>/dev/null || \
     { echo "the chain did not start: $KD/chain.log"; exit 1; }
@@ -77,34 +78,40 @@ if [ "$FUZZ" = 1 ]; then
   ( cd $dir && timeout 400 python3 -m fa512 fuzz --cases 500 --kernel triton > $KD/fuzz_triton_$where.log 2>&1 )
   log "fuzz triton in $where rc=$? $(( $(date +%s) - s ))s: $(grep -E 'warm in|cases on' $KD/fuzz_triton_$where.log | tr '\n' ' ')"
 fi
+beside=()
+if [ -n "$final" ]; then
+  bash profiles/wip_trees.sh tools final >> $KD/progress.txt 2>&1 &
+  beside+=($!)
+fi
+if [ -n "$BESIDE" ]; then
+  run_main beside "$BESIDE" &
+  beside+=($!)
+fi
 [ -n "$trees$final" ] && bash profiles/wip_trees.sh kernels $trees $final >> $KD/progress.txt 2>&1  # final's too
 log "kernel halves done"
+[ ${#beside[@]} -gt 0 ] && wait "${beside[@]}"
+[ -n "$final" ] && log "final suite done (main + $FINAL: kernel and tools halves)"
+[ ${#beside[@]} -gt 0 ] && log "beside done"
 passed=""
-for p in $AB $AB_PREFILL; do
-  echo " $trees " | tr '\n' ' ' | grep -q " $p " || { log "ab $p skipped: its tree did not build"; continue; }
+ab_one() {  # NAME MODE
+  local p=$1 mode=$2 summary
+  if [ "$p" != final ] && ! echo " $trees " | tr '\n' ' ' | grep -q " $p "; then
+    log "ab $p skipped: its tree did not build"; return
+  fi
   summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log 2>/dev/null | tail -n 1)
   if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
     passed="$passed $p"
-    mode=latency
-    case " $AB_PREFILL " in *" $p "*) mode=prefill ;; esac
-    MODE=$mode FILL=0 OUT=$KD/ab_$p bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1
-    log "ab $p done"
+    MODE=$mode FILL=0 OUT=$KD/ab_${p}_$mode bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1
+    log "ab $p $mode done"
   else
-    log "ab $p skipped: its kernel half did not pass"
+    log "ab $p $mode skipped: its kernel half did not pass"
   fi
-done
+}
+for p in $AB; do ab_one $p latency; done
+for p in $AB_PREFILL; do ab_one $p prefill; done
 [ -n "$EXTRA" ] && run_main extra "$EXTRA"
-# The whole suite in final only if every FINAL patch passed its kernel half (else final cannot
-# land, and the trees that passed get their tools halves instead).
-all_passed=1
-for p in $FINAL; do case " $passed " in *" $p "*) ;; *) all_passed=0 ;; esac; done
-final_kernels=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_final.log 2>/dev/null | tail -n 1)
-echo "$final_kernels" | grep -q passed && ! echo "$final_kernels" | grep -qE "failed|error" || all_passed=0
-if [ -n "$final" ] && [ $all_passed = 1 ]; then
-  bash profiles/wip_trees.sh tools final >> $KD/progress.txt 2>&1
-  log "final suite done (main + $FINAL: kernel half above, tools half now)"
-elif [ -n "$passed" ]; then
-  [ -n "$final" ] && log "final suite skipped: a FINAL patch or final's kernel half did not pass"
-  bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
+if [ -z "$final" ]; then
+  passed=$(printf '%s\n' $passed | grep -vx final | sort -u | tr '\n' ' ')
+  [ -n "${passed// /}" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
 fi
 log "ALL DONE"
