@@ -101,7 +101,7 @@ ab_one() {  # NAME MODE
   summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log 2>/dev/null | tail -n 1)
   if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
     passed="$passed $p"
-    MODE=$mode FILL=0 OUT=$KD/ab_${p}_$mode bash profiles/ab_trees.sh /root/wip_$p . new base base new >> $KD/progress.txt 2>&1
+    MODE=$mode FILL=0 OUT=$KD/ab_${p}_$mode bash profiles/ab_trees.sh /root/wip_$p . ${AB_ROUNDS:-new base base new} >> $KD/progress.txt 2>&1
     log "ab $p $mode done"
   else
     log "ab $p $mode skipped: its kernel half did not pass"
