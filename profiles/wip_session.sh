@@ -17,7 +17,7 @@
 #      final gets the whole suite without a second long wait: 500-660 s alone) and BESIDE
 #      (shell commands on main: correctness work that a busy GPU only slows, e.g. sanitize);
 #   4. for each name in AB whose kernel half passed (a patch's tree, or "final"): `ab_trees.sh`
-#      against main, rounds new / main / main / new (latency + decode --quick), the GPU quiet;
+#      against main, rounds AB_ROUNDS (default "new base base new"; latency + decode --quick), the GPU quiet;
 #      the same for each name in AB_PREFILL with MODE=prefill (bench --modes prefill,chunked);
 #   5. EXTRA (shell commands on main, as FIRST);
 #   6. without FINAL, the tools half in each AB tree that passed, one at a time.
@@ -95,9 +95,7 @@ log "kernel halves done"
 passed=""
 ab_one() {  # NAME MODE
   local p=$1 mode=$2 summary
-  if [ "$p" != final ] && ! echo " $trees " | tr '\n' ' ' | grep -q " $p "; then
-    log "ab $p skipped: its tree did not build"; return
-  fi
+  case " $(echo $trees $final) " in *" $p "*) ;; *) log "ab $p skipped: its tree did not build"; return ;; esac
   summary=$(grep -E "[0-9]+ (passed|failed)" $KD/kernels_$p.log 2>/dev/null | tail -n 1)
   if echo "$summary" | grep -q passed && ! echo "$summary" | grep -qE "failed|error"; then
     passed="$passed $p"
@@ -111,7 +109,7 @@ for p in $AB; do ab_one $p latency; done
 for p in $AB_PREFILL; do ab_one $p prefill; done
 [ -n "$EXTRA" ] && run_main extra "$EXTRA"
 if [ -z "$final" ]; then
-  passed=$(printf '%s\n' $passed | grep -vx final | sort -u | tr '\n' ' ')
-  [ -n "${passed// /}" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
+  passed=$(printf '%s\n' $passed | sort -u)  # a patch in AB and in AB_PREFILL passed twice
+  [ -n "$passed" ] && bash profiles/wip_trees.sh tools $passed >> $KD/progress.txt 2>&1
 fi
 log "ALL DONE"
