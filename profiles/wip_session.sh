@@ -3,7 +3,7 @@
 # device call (DSL env sourced, repository root = main). Logs in /root/keep, one line per step
 # in /root/keep/progress.txt; poll with `bash profiles/wip_session.sh poll [SECONDS] [UNTIL]`
 # (it leaves /root/keep as $OUT/keep.tgz).
-#   PATCHES="a b" [FINAL="a b"] [AB="a final"] [AB_PREFILL="b final"] [FUZZ=1] [FIRST="cmd"] \
+#   PATCHES="a b" [FINAL="a b"] [AB="a final"] [AB_PREFILL="b final"] [FUZZ=1|NAME] [FIRST="cmd"] \
 #     [BESIDE="cmd"] [EXTRA="cmd; cmd"] bash profiles/wip_session.sh start
 # The chain runs in a snapshot of the repository root taken at start ($SNAP), with its own
 # compile cache. Steps, in order:
@@ -12,7 +12,8 @@
 #      compile cache in parallel; then FIRST (shell commands on main, with main's compile cache:
 #      what must not wait);
 #   2. FUZZ=1: `fa512 fuzz --cases 500 --kernel triton` in the last tree whose name starts with
-#      "triton" (else in main), first thing on the quiet GPU, so Triton's cache is cold;
+#      "triton" (else in main); FUZZ=NAME: in that tree ("final", a patch's, or "main"). First
+#      thing on the quiet GPU, so Triton's cache is cold;
 #   3. the GPU suite's kernel half in every tree at once; beside them, final's tools half (so
 #      final gets the whole suite without a second long wait: 500-660 s alone) and BESIDE
 #      (shell commands on main: correctness work that a busy GPU only slows, e.g. sanitize);
@@ -70,9 +71,12 @@ run_main() {  # name commands: shell commands from the repository root, on main'
   log "$1 rc=$?"
 }
 [ -n "$FIRST" ] && run_main first "$FIRST"
-if [ "$FUZZ" = 1 ]; then
-  where=main
-  for p in $trees; do case $p in triton*) where=$p ;; esac; done
+if [ -n "$FUZZ" ] && [ "$FUZZ" != 0 ]; then
+  where=$FUZZ
+  if [ "$FUZZ" = 1 ]; then
+    where=main
+    for p in $trees; do case $p in triton*) where=$p ;; esac; done
+  fi
   dir=$( [ $where = main ] && echo . || echo /root/wip_$where )
   s=$(date +%s)
   ( cd $dir && timeout 400 python3 -m fa512 fuzz --cases 500 --kernel triton > $KD/fuzz_triton_$where.log 2>&1 )

@@ -17,7 +17,10 @@ OUT=${OUT:-out/wip_trees}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)  # absolute: steps write it from inside the trees
 ROOT=$PWD
 KERNEL_HALF="tests/test_cute_compile.py tests/test_native.py tests/test_fp8_operands.py tests/test_emulation.py tests/test_sanitize.py tests/test_garbage_slots.py tests/test_many_splits.py"
-TOOLS_HALF="tests/test_triton_fwd.py tests/test_fuzz.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py"
+# The tools half runs as two groups side by side: the GPU fuzz (4 kernels x 500 cases) and the rest.
+# One after the other they took 777 s in session 19, the chain's longest step.
+TOOLS_FUZZ="tests/test_fuzz.py"
+TOOLS_REST="tests/test_triton_fwd.py tests/test_transformers_integration.py tests/test_tools.py tests/test_distributed.py"
 tree_of() { if [ "$1" = main ]; then echo "$ROOT"; else echo "/root/wip_$1"; fi; }
 source "$(dirname "$0")/tree_cache.sh"
 in_tree() {  # NAME command...: run in the tree with its own cache and sources first on the path
@@ -68,7 +71,7 @@ case $step in
   kernels)
     declare -A pid
     for name in "$@"; do
-      in_tree "$name" timeout 580 python3 -m pytest -q -m gpu $KERNEL_HALF -rs -p no:cacheprovider \
+      in_tree "$name" timeout 580 python3 -m pytest -q -m gpu $KERNEL_HALF -rs -p no:cacheprovider --durations=15 \
         > "$OUT/kernels_$name.log" 2>&1 &
       pid[$name]=$!
     done
@@ -77,11 +80,17 @@ case $step in
       echo "kernels $name: rc=$rc $(summary "$OUT/kernels_$name.log")"
       grep -E "^FAILED" "$OUT/kernels_$name.log" | head -n 12
     done ;;
-  tools)  # 500-660 s per tree on the H200: over one call's 600 s, so start it detached
+  tools)  # 500-780 s per tree on the H200 in one group: over one call's 600 s, so start it detached
     for name in "$@"; do
-      in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_HALF -rs -p no:cacheprovider \
-        > "$OUT/tools_$name.log" 2>&1
-      echo "tools $name: rc=$? $(summary "$OUT/tools_$name.log")"
+      in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_FUZZ -rs -p no:cacheprovider \
+        > "$OUT/tools_fuzz_$name.log" 2>&1 &
+      fuzz_pid=$!
+      in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_REST -rs -p no:cacheprovider \
+        --durations=15 > "$OUT/tools_$name.log" 2>&1
+      rc=$?
+      wait $fuzz_pid; fuzz_rc=$?
+      echo "tools $name: rc=$rc $(summary "$OUT/tools_$name.log")"
+      echo "tools $name (fuzz): rc=$fuzz_rc $(summary "$OUT/tools_fuzz_$name.log")"
     done ;;
   *) echo "unknown step $step (build, fill, kernels, tools)"; exit 2 ;;
 esac
