@@ -101,34 +101,70 @@ def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, t
     """
     rows = cute.size(sQ_in, mode=[0])
     chunk = tidx_wg % 16
+    if const_expr(k_step_rows):
+        _quantize_q_k_steps(sQ_in, sQ8, sScale, tidx_wg, rows)
+    else:
+        for i in cutlass.range_constexpr(rows // 8):
+            row = tidx_wg // 16 + 8 * i
+            r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
+            cute.autovec_copy(cute.local_tile(sQ_in, (1, 16), (row, chunk)), r_in)
+            vals = r_in.load().to(Float32)
+            amax = Float32(0.0)
+            for c in cutlass.range_constexpr(16):
+                amax = cute.arch.fmax(amax, abs(vals[c]))
+            for off in (1, 2, 4, 8):
+                amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=off))
+            k = _scale_exponent(amax)
+            r_out = cute.make_rmem_tensor((1, 16), Float8E4M3FN)
+            _scaled_e4m3(vals, k, r_out)
+            cute.autovec_copy(r_out, cute.local_tile(sQ8, (1, 16), (row, chunk)))
+            if chunk == 0:
+                sScale[row] = bits_f32((127 + k) << 23)
+
+
+@cute.jit
+def _scaled_e4m3(vals, k: Int32, r_out: cute.Tensor):
+    """r_out (1, 16) e4m3 <- vals * 2^-k (exact scaling, one rounding in the conversion)."""
+    r_f = cute.make_rmem_tensor((1, 16), Float32)
+    r_f.store(vals * bits_f32((127 - k) << 23))
+    r_out.store(r_f.load().to(Float8E4M3FN))
+
+
+@cute.jit
+def _quantize_q_k_steps(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32,
+                        rows: cutlass.Constexpr[int]):
+    """`quantize_q_half` with ``k_step_rows``. Thread t holds chunk c = t % 16 of query row
+    r = t // 16, one half of k-step c // 2: one load, the k-step's amax over the lane pair
+    (chunks 2i and 2i + 1 are neighbouring lanes), then row 8 (c // 2) + r of sQ8 gets the
+    scaled values and the thread's seven other rows 8 i + r get zeros. The same bytes as
+    looping over the eight k-steps with the other chunks masked to zero, which loaded and
+    reduced every chunk eight times."""
+    chunk = tidx_wg % 16
+    src_row = tidx_wg // 16
+    step = chunk // 2
+    r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
+    cute.autovec_copy(cute.local_tile(sQ_in, (1, 16), (src_row, chunk)), r_in)
+    vals = r_in.load().to(Float32)
+    amax = Float32(0.0)
+    for c in cutlass.range_constexpr(16):
+        amax = cute.arch.fmax(amax, abs(vals[c]))
+    amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=1))
+    k = _scale_exponent(amax)
+    r_q = cute.make_rmem_tensor((1, 16), Float8E4M3FN)
+    _scaled_e4m3(vals, k, r_q)
+    # e4m3 zeros as bits: ptxas merged a converted all-zero vector with a stale register's
+    # upper half (F2FP...PACK_AB_MERGE_C R, RZ, RZ, R0), every 4th byte wrong (H200 probe, s18)
+    r_zero_words = cute.make_rmem_tensor((1, 4), Uint32)
+    r_zero_words.fill(0)
+    r_zero = cute.recast_tensor(r_zero_words, Float8E4M3FN)
     for i in cutlass.range_constexpr(rows // 8):
-        row = tidx_wg // 16 + 8 * i
-        src_row = row
-        if const_expr(k_step_rows):
-            src_row = tidx_wg // 16
-        src = cute.local_tile(sQ_in, (1, 16), (src_row, chunk))
-        r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
-        cute.autovec_copy(src, r_in)
-        vals = r_in.load().to(Float32)
-        if const_expr(k_step_rows):
-            keep = Float32(0.0)
-            if chunk // 2 == i:  # 16-column chunks 2i and 2i + 1 make k-step i
-                keep = Float32(1.0)
-            vals = vals * keep
-        amax = Float32(0.0)
-        for c in cutlass.range_constexpr(16):
-            amax = cute.arch.fmax(amax, abs(vals[c]))
-        for off in (1, 2, 4, 8):
-            amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=off))
-        k = _scale_exponent(amax)
-        inv = bits_f32((127 - k) << 23)  # 2^-k: exact
-        r_f = cute.make_rmem_tensor((1, 16), Float32)
-        r_f.store(vals * inv)
-        r_out = cute.make_rmem_tensor((1, 16), Float8E4M3FN)
-        r_out.store(r_f.load().to(Float8E4M3FN))
-        cute.autovec_copy(r_out, cute.local_tile(sQ8, (1, 16), (row, chunk)))
-        if chunk == 0:
-            sScale[row] = bits_f32((127 + k) << 23)
+        dst = cute.local_tile(sQ8, (1, 16), (src_row + 8 * i, chunk))
+        if step == i:
+            cute.autovec_copy(r_q, dst)
+        else:
+            cute.autovec_copy(r_zero, dst)
+    if chunk % 2 == 0:
+        sScale[src_row + 8 * step] = bits_f32((127 + k) << 23)
 
 
 @cute.jit

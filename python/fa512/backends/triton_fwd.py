@@ -222,7 +222,20 @@ def _kv_rows(PageTable, k_base, offs_n, key_hi, hkv, stride_kp, stride_ks, strid
     return k_rows, v_rows
 
 
-@triton.jit
+# Arguments read only by scalar loads or used as loop bounds are not specialised. Triton would
+# otherwise compile one variant per class of each (integers: == 1, % 16 == 0, other; pointers:
+# 16-byte aligned or not), so a call's batch size, token count, split count, window, or a
+# seqused_k / cu_seqlens / descale view at an odd offset could each cost a compile (the fuzzer's
+# 500 cases launch 427 distinct forward specialisations, 93 with these unspecialised; CPU count
+# 2026-12-02). Q, K, V, Out and the partials and their strides keep theirs: vectorised loads
+# and stores need them.
+_FWD_PLAIN_ARGS = ("CuSeqQ", "SeqUsedK", "CuSeqK", "PageTable", "QDescale", "KDescale", "VDescale",
+                   "stride_ptb", "stride_qdb", "stride_qdh", "stride_kdb", "stride_kdh", "stride_vdb", "stride_vdh",
+                   "total_q", "num_q_heads", "num_batch", "num_splits", "num_mblocks", "window_left", "window_right")
+_COMBINE_PLAIN_ARGS = ("CuSeqQ", "total_q", "num_q_heads", "num_batch", "num_splits")
+
+
+@triton.jit(do_not_specialize=_FWD_PLAIN_ARGS)
 def _fwd_kernel(
     Q, K, V, Out, Lse, OPart, LsePart,
     CuSeqQ, SeqUsedK, CuSeqK, PageTable,
@@ -418,7 +431,7 @@ def _fwd_kernel(
                          mask=r < pad_rows)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_COMBINE_PLAIN_ARGS)
 def _combine_kernel(
     OPart, LsePart, Out, Lse, CuSeqQ,
     stride_ot, stride_oh, stride_os, stride_ls,

@@ -39,13 +39,16 @@ under ``TRITON_INTERPRET=1`` the Triton interpreter takes 1-4 s per fp16 case. O
 included), 150 of triton in 5 s, so 500 cases of all three in about a minute. The first run
 compiles each new kernel variant (seconds each): ``--jobs`` (default one per core) first
 compiles the planned CuTe DSL kernels in parallel into the FA512_CACHE_DIR disk cache (72-99
-kernels for 150-500 cases in 16-32 s on 16 cores). Triton compiles one specialisation per case
-or so on first use (~1.5 s each: 236 s for 150 cases run in order, and 500 cases did not finish
-within a 570 s GPU test, H200 2026-12-02), so with ``--jobs`` other than 1 a pool of GPU processes
-first runs each case's Triton call once, into Triton's own disk cache. The cases are shared out by
-the forward kernel's compile key (`triton_compile_key`), so no two processes compile the same
-specialisation: with round-robin shares 16 processes took 182.5 s for 143 cache entries (H200,
-2026-12-02, with `profiles/wip/triton_plain_args.patch` applied).
+kernels for 150-500 cases in 16-32 s on 16 cores). Triton compiles each new specialisation on
+first use (~1.5 s each: 236 s for 150 cases run in order, H200 2026-12-02), so with ``--jobs``
+other than 1 a pool of GPU processes first runs each case's Triton call once, into Triton's own
+disk cache. The cases are shared out by the forward kernel's compile key
+(`triton_compile_key`), so no two processes compile the same specialisation. The kernels do
+not specialise the scalar-load and loop-bound arguments (`triton_fwd._FWD_PLAIN_ARGS`): 123
+compiles for seed 0's 500 cases instead of 513 (``profiles/triton_specialisations.py``, CPU).
+Cold, on a fresh H200 (2026-12-03), ``--cases 500 --kernel triton`` took 188 s: the pool 162.5 s
+for 143 cache entries, the cases 15 s. Round-robin shares had taken 182.5 s for the same 143, so
+the pool's time is the compiles themselves (~17 s each with 16 running at once), not repeats.
 """
 
 from __future__ import annotations
