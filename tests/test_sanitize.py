@@ -38,6 +38,37 @@ def test_list_needs_no_gpu(capsys):
     assert "fp8_mma" in out and "plans to the same" in out and "plans to sm90" not in out
 
 
+def test_shards_split_each_group_of_cases_between_them():
+    cases = sanitize.sweep_cases()
+    for alternate in ("no", "yes", "any"):
+        whole = sanitize._select(cases, alternate)
+        shards = [sanitize._select(cases, alternate, f"{i}/3") for i in range(3)]
+        assert sorted(c.key for s in shards for c in s) == sorted(c.key for c in whole)
+        assert all(abs(len(s) - len(whole) / 3) < 1 for s in shards)
+    assert all(c.alternate for c in sanitize._select(cases, "yes")) and not any(c.alternate for c in sanitize._select(cases, "no"))
+
+
+def test_shard_verdicts_add_up():
+    clean = "========= ERROR SUMMARY: 0 errors"
+    v = sanitize.Verdict("memcheck", known=False)
+    v.add(clean, 0)
+    v.add(clean, 0)
+    assert v.line() == ("clean", False)
+    v.add("========= ERROR SUMMARY: 2 errors", 1)
+    assert v.count == 2 and v.line() == ("FAILED", True) and len(v.tails) == 1
+    race = sanitize.Verdict("racecheck", known=True)
+    race.add("========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)", 1)
+    race.add("========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)", 1)
+    assert race.count == 4 and not race.line()[1] and "cannot verify" in race.line()[0]
+    lost = sanitize.Verdict("synccheck", known=False)
+    lost.add(clean, 0)
+    lost.add("(timed out after 900 s)", 124)  # a shard with no summary spoils the count
+    assert lost.count == -1 and lost.line() == ("no summary", True)
+    crashed = sanitize.Verdict("initcheck", known=False)
+    crashed.add(clean, 3)  # a summary of 0 but a failing exit status
+    assert crashed.line() == ("FAILED", True)
+
+
 def test_sanitizer_summaries_are_read():
     assert sanitize._summary("========= ERROR SUMMARY: 0 errors", "memcheck") == 0
     assert sanitize._summary("========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)", "racecheck") == 3

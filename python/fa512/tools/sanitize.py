@@ -15,8 +15,13 @@ writer ``bar.arrive``s, the reader ``bar.sync``s): it reports the reader's loads
 both sides ``bar.sync``. So racecheck runs the alternating variants in a process of their own,
 and their hazards are counted as that known limitation, not as failures.
 
+``--jobs N`` shares each tool's cases out over N compute-sanitizer processes at once (case i to
+process i mod N) and adds up their counts: the tools' instrumentation runs on the host, one core
+per process, and one process per tool over every variant takes far longer than a GPU session
+has (racecheck alone ran past 200 s on 10 variants, H200 2026-12-02).
+
     python -m fa512 sanitize --list                 # the cases and the variant each runs (any machine)
-    python -m fa512 sanitize [--tools memcheck,racecheck] [--only KEY_SUBSTRING]   # H100/H200
+    python -m fa512 sanitize [--tools memcheck,racecheck] [--only KEY_SUBSTRING] [--jobs 8]   # H100/H200
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -186,11 +192,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default="", help="substring filter on variant keys")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--alternate", choices=("yes", "no", "any"), default="any", help=argparse.SUPPRESS)
+    p.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="compute-sanitizer processes at once, each tool's cases shared out over them (default 1)")
     p.add_argument("--timeout", type=int, default=900, help="seconds per compute-sanitizer process")
 
 
-def _select(cases, alternate: str):
-    return [c for c in cases if alternate == "any" or c.alternate == (alternate == "yes")]
+def _select(cases, alternate: str, shard: str = "0/1"):
+    """The cases of one child: the alternating ones or the others (or any), then every n-th
+    from the i-th (``shard`` "i/n")."""
+    i, n = (int(x) for x in shard.split("/"))
+    return [c for c in cases if alternate == "any" or c.alternate == (alternate == "yes")][i::n]
+
+
+@dataclass
+class Verdict:
+    """One tool's result over one group of cases, added up over the shards that ran it."""
+
+    tool: str
+    known: bool  # racecheck over the alternating layout: hazards are the documented limitation
+    count: int = 0  # errors or hazards; -1 once a shard printed no summary
+    rc: int = 0  # the first nonzero exit status
+    tails: tuple = ()
+
+    def add(self, text: str, rc: int) -> None:
+        n = _summary(text, self.tool)
+        self.count = -1 if n < 0 or self.count < 0 else self.count + n
+        self.rc = self.rc or rc
+        if n != 0 or rc:
+            self.tails += ("\n".join(text.splitlines()[-40:]),)
+
+    def line(self) -> tuple:
+        """(verdict, whether it fails the sweep)."""
+        if self.count == 0 and not self.rc:
+            return "clean", False
+        if self.known and self.count > 0:
+            return f"{self.count} hazard(s): the named-barrier hand-off racecheck cannot verify", False
+        return ("FAILED" if self.count > 0 or (self.rc and self.count == 0) else "no summary"), True
 
 
 def main(args: argparse.Namespace) -> int:
@@ -200,7 +238,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{c.key}\n    {c.describe()}  (plans to {'the same' if planned_key(c) == c.key else planned_key(c)})")
         return 0
     if args.child:
-        return run_child(_select(cases, args.alternate))
+        return run_child(_select(cases, args.alternate, args.shard))
     if not torch.cuda.is_available():
         print("fa512 sanitize: needs a CUDA GPU (use --list to see the cases on any machine)", file=sys.stderr)
         return 2
@@ -210,25 +248,41 @@ def main(args: argparse.Namespace) -> int:
     if warm.returncode:
         print(f"warm-up run failed (rc {warm.returncode}):\n{warm.stderr[-3000:]}")
         return 1
-    failed = 0
+    jobs, verdicts = [], {}
     for tool in args.tools.split(","):
         groups = [("no", False), ("yes", True)] if tool == "racecheck" else [("any", False)]
         for alternate, known in groups:
-            if not _select(cases, alternate):
+            selected = _select(cases, alternate)
+            if not selected:
                 continue
+            label = f"{tool}{' (alternating layout)' if alternate == 'yes' else ''}"
+            verdicts[label] = Verdict(tool, known)
             cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20"]
             cmd += ["--racecheck-report", "all"] if tool == "racecheck" else []
-            res = subprocess.run(cmd + me + ["--child", "--alternate", alternate], capture_output=True, text=True,
-                                 timeout=args.timeout, env=dict(os.environ))
-            n = _summary(res.stdout + res.stderr, tool)
-            label = f"{tool}{' (alternating layout)' if alternate == 'yes' else ''}"
-            verdict = ("clean" if n == 0 else
-                       f"{n} hazard(s): the named-barrier hand-off racecheck cannot verify" if known and n > 0 else
-                       "FAILED" if n > 0 or res.returncode else "no summary")
-            failed += verdict in ("FAILED", "no summary") or (res.returncode != 0 and not known)
-            print(f"{label:34s} {verdict} (rc {res.returncode})", flush=True)
-            if verdict != "clean":
-                print("\n".join((res.stdout + res.stderr).splitlines()[-40:]))
+            shards = max(1, min(args.jobs, len(selected)))
+            jobs += [(label, cmd + me + ["--child", "--alternate", alternate, "--shard", f"{i}/{shards}"])
+                     for i in range(shards)]
+
+    def run(job):
+        label, cmd = job
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=dict(os.environ))
+            return label, res.stdout + res.stderr, res.returncode
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"") + (e.stderr or b"")
+            return label, (out.decode(errors="replace") if isinstance(out, bytes) else out) + \
+                f"\n(timed out after {args.timeout} s)", 124
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        for label, text, rc in pool.map(run, jobs):
+            verdicts[label].add(text, rc)
+    failed = 0
+    for label, v in verdicts.items():
+        verdict, bad = v.line()
+        failed += bad
+        print(f"{label:34s} {verdict} (rc {v.rc})", flush=True)
+        if verdict != "clean":
+            print("\n\n".join(v.tails))
     return 1 if failed else 0
 
 
