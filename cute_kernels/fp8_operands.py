@@ -106,12 +106,7 @@ def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, t
     else:
         for i in cutlass.range_constexpr(rows // 8):
             row = tidx_wg // 16 + 8 * i
-            r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
-            cute.autovec_copy(cute.local_tile(sQ_in, (1, 16), (row, chunk)), r_in)
-            vals = r_in.load().to(Float32)
-            amax = Float32(0.0)
-            for c in cutlass.range_constexpr(16):
-                amax = cute.arch.fmax(amax, abs(vals[c]))
+            vals, amax = _load_q_chunk(sQ_in, row, chunk)
             for off in (1, 2, 4, 8):
                 amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=off))
             k = _scale_exponent(amax)
@@ -120,6 +115,18 @@ def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, t
             cute.autovec_copy(r_out, cute.local_tile(sQ8, (1, 16), (row, chunk)))
             if chunk == 0:
                 sScale[row] = bits_f32((127 + k) << 23)
+
+
+@cute.jit
+def _load_q_chunk(sQ_in: cute.Tensor, row, chunk):
+    """(the 16 values of chunk ``chunk`` of Q row ``row`` as fp32, their amax): one load."""
+    r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
+    cute.autovec_copy(cute.local_tile(sQ_in, (1, 16), (row, chunk)), r_in)
+    vals = r_in.load().to(Float32)
+    amax = Float32(0.0)
+    for c in cutlass.range_constexpr(16):
+        amax = cute.arch.fmax(amax, abs(vals[c]))
+    return vals, amax
 
 
 @cute.jit
@@ -142,12 +149,7 @@ def _quantize_q_k_steps(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tenso
     chunk = tidx_wg % 16
     src_row = tidx_wg // 16
     step = chunk // 2
-    r_in = cute.make_rmem_tensor((1, 16), sQ_in.element_type)
-    cute.autovec_copy(cute.local_tile(sQ_in, (1, 16), (src_row, chunk)), r_in)
-    vals = r_in.load().to(Float32)
-    amax = Float32(0.0)
-    for c in cutlass.range_constexpr(16):
-        amax = cute.arch.fmax(amax, abs(vals[c]))
+    vals, amax = _load_q_chunk(sQ_in, src_row, chunk)
     amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=1))
     k = _scale_exponent(amax)
     r_q = cute.make_rmem_tensor((1, 16), Float8E4M3FN)
