@@ -1,7 +1,30 @@
-"""Shared pytest setup: GPU tests skip (visibly) on machines without CUDA."""
+"""Shared pytest setup: GPU tests skip (visibly) on machines without CUDA; on those machines
+Triton is imported under its interpreter first.
+
+Triton's own ``@triton.jit`` helpers (``tl.zeros`` and the rest of triton.language's jitted
+functions) are decorated when Triton is imported, as interpreted or compiled functions for
+good. Imported first by a test that only plans a Triton call (no TRITON_INTERPRET), they stay
+compiled, and every later interpreted kernel fails on them ("Cannot call @triton.jit'd outside
+of the scope of a kernel"): tests/test_splits.py before tests/test_fuzz.py did (2026-12-03).
+Our kernels are re-decorated per test (`helpers.interpreted_triton_fwd`); Triton's are not.
+"""
+
+import importlib.util
+import os
 
 import pytest
 import torch
+
+if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
+    _previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    finally:
+        if _previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = _previous
 
 
 def pytest_collection_modifyitems(config, items):
