@@ -10,21 +10,15 @@ Our kernels are re-decorated per test (`helpers.interpreted_triton_fwd`); Triton
 """
 
 import importlib.util
-import os
 
 import pytest
 import torch
 
+from helpers import triton_interpret_env
+
 if not torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
-    _previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
+    with triton_interpret_env():
         import triton.language  # noqa: F401
-    finally:
-        if _previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = _previous
 
 
 def pytest_collection_modifyitems(config, items):

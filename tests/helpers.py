@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 
@@ -18,6 +19,21 @@ def load_profile(name: str):
     return mod
 
 
+@contextlib.contextmanager
+def triton_interpret_env():
+    """TRITON_INTERPRET=1 while the block runs (Triton reads it when a function is decorated),
+    then the variable as it was."""
+    previous = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+
+
 def interpreted_triton_fwd():
     """fa512.backends.triton_fwd with its kernels under the Triton interpreter (CPU tensors).
 
@@ -27,17 +43,10 @@ def interpreted_triton_fwd():
     """
     import sys
 
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
+    with triton_interpret_env():
         if "fa512.backends.triton_fwd" in sys.modules:
             return importlib.reload(sys.modules["fa512.backends.triton_fwd"])
         return importlib.import_module("fa512.backends.triton_fwd")
-    finally:
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
 
 
 D = 512

@@ -228,7 +228,7 @@ class Verdict:
             return "clean", False
         if self.known and self.count > 0:
             return f"{self.count} hazard(s): the named-barrier hand-off racecheck cannot verify", False
-        return ("FAILED" if self.count > 0 or (self.rc and self.count == 0) else "no summary"), True
+        return ("no summary" if self.count < 0 else "FAILED"), True
 
 
 def main(args: argparse.Namespace) -> int:
