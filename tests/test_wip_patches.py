@@ -20,3 +20,45 @@ PATCHES = sorted((ROOT / "profiles" / "wip").glob("*.patch"))
 def test_wip_patch_applies(patch):
     res = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, f"{patch.name} no longer applies: rebase it on this tree\n{res.stderr}"
+
+
+def _listed_gpu_modules() -> set:
+    """The test modules profiles/wip_trees.sh runs as the GPU suite's halves."""
+    import re
+
+    text = (ROOT / "profiles" / "wip_trees.sh").read_text()
+    listed = set()
+    for name in ("KERNEL_HALF", "TOOLS_FUZZ", "TOOLS_REST"):
+        m = re.search(rf'^{name}="([^"]*)"', text, re.M)
+        assert m, f"profiles/wip_trees.sh lost {name}"
+        listed |= set(m.group(1).split())
+    return listed
+
+
+def test_every_gpu_module_is_in_a_suite_half():
+    # A GPU-marked module in neither half would never run in a GPU session's "whole suite".
+    listed = _listed_gpu_modules()
+    gpu = {f"tests/{p.name}" for p in (ROOT / "tests").glob("test_*.py") if _marks_gpu(p.read_text())}
+    assert {"tests/test_cute_compile.py", "tests/test_fp8_operands.py", "tests/test_fuzz.py"} <= gpu  # the marker search finds them
+    assert gpu - listed == set(), "add them to KERNEL_HALF or TOOLS_REST in profiles/wip_trees.sh"
+    # and each module a waiting patch adds
+    for patch in PATCHES:
+        for new_file, body in _added_files(patch.read_text()):
+            if new_file.startswith("tests/test_") and _marks_gpu(body):
+                assert new_file in listed, f"{patch.name} adds {new_file}: list it in profiles/wip_trees.sh"
+
+
+def _added_files(diff: str):
+    """(path, added text) of each file a unified diff creates."""
+    for block in diff.split("diff --git ")[1:]:
+        if "\nnew file mode" in block.split("@@", 1)[0]:
+            path = block.split(" b/", 1)[1].split("\n", 1)[0]
+            yield path, "\n".join(line[1:] for line in block.splitlines() if line.startswith("+"))
+
+
+def _marks_gpu(source: str) -> bool:
+    import re
+
+    # a decorator, a module mark, or a decorator helper applying it (tests/test_fp8_operands.py)
+    return re.search(r"^\s*(@pytest\.mark\.gpu\b|pytestmark\s*=.*\bpytest\.mark\.gpu\b|return pytest\.mark\.gpu\()",
+                     source, re.M) is not None
