@@ -49,7 +49,7 @@
 
 namespace {
 
-constexpr int kNumArgs = 19;  // fa512::fwd's schema
+constexpr int kNumArgs = 20;  // fa512::fwd's schema
 // Tensor slots of the schema (the rest are host scalars)
 enum Slot { Q = 0, K = 1, V = 2, OUT = 3, PAGE_TABLE = 4, CU_K = 5, CU_Q = 6, SEQUSED_K = 8,
             Q_DESCALE = 14, K_DESCALE = 15, V_DESCALE = 16 };
@@ -965,11 +965,11 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   return Status::kLaunched;
 }
 
-// run(call: the op's 19 arguments as a tuple (fa512.call.Call), out may be None) -> (out, lse) | None | False:
+// run(call: the op's 20 arguments as a tuple (fa512.call.Call), out may be None) -> (out, lse) | None | False:
 // None for a signature it does not know (or a call it declines), False for "Python only".
 PyObject* run(PyObject* /*self*/, PyObject* call) {
   if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
-    PyErr_SetString(PyExc_TypeError, "fa512 native run: expected the op's 19 arguments as a tuple");
+    PyErr_SetString(PyExc_TypeError, "fa512 native run: expected the op's 20 arguments as a tuple");
     return nullptr;
   }
   if (debug_requested()) Py_RETURN_NONE;
@@ -1169,7 +1169,7 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
   PyObject *call, *spec;
   if (!PyArg_ParseTuple(pyargs, "O!O", &PyTuple_Type, &call, &spec)) return nullptr;
   if (PyTuple_GET_SIZE(call) != kNumArgs) {
-    PyErr_SetString(PyExc_TypeError, "fa512 native register: expected the op's 19 arguments");
+    PyErr_SetString(PyExc_TypeError, "fa512 native register: expected the op's 20 arguments");
     return nullptr;
   }
   Key key;
@@ -1278,7 +1278,7 @@ PyObject* set_direct(PyObject* /*self*/, PyObject* mode) {
 // the graph: "untried", "ready (N streams)" or "off: <why>".
 PyObject* direct_state(PyObject* /*self*/, PyObject* call) {
   if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != kNumArgs) {
-    PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 19 arguments as a tuple");
+    PyErr_SetString(PyExc_TypeError, "fa512 native direct_state: expected the op's 20 arguments as a tuple");
     return nullptr;
   }
   Key key;

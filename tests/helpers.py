@@ -139,6 +139,7 @@ def op_args(q, k, v, out, kw, **over):
         max_seqlen_q=kw["max_seqlen_q"], seqused_k=kw["seqused_k"], max_seqlen_k=kw["max_seqlen_k"],
         softmax_scale=0.05, causal=True, window_left=-1, window_right=-1, q_descale=None,
         k_descale=torch.tensor([0.5, 2.0]), v_descale=torch.tensor(1.5), num_splits=0, kernel="auto",
+        precision="auto",
     )
     a.update(over)
     return Call(q, k, v, out, *a.values())

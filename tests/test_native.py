@@ -278,7 +278,7 @@ def test_gpu_direct_launch_replays_the_recorded_launch_with_new_pointers(mod, ki
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["fp8_mma", "bf16_split", "fp8_mma_prefill"])
 def test_gpu_warm_native_calls_are_one_graph_launch_each(mod, kind):
-    # Issue 4's warm path: the native call on the op's 19 arguments (signature, lookup, lse /
+    # Issue 4's warm path: the native call on the op's 20 arguments (signature, lookup, lse /
     # workspace allocation) launches every kernel of the call (forward + combine, prepass +
     # forward) as one graph launch, never declining to Python, call after call, and each launch
     # writes the whole output again. Its host time (under 10 us on the H200) is a benchmark's:

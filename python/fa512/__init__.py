@@ -4,7 +4,7 @@
 """
 
 from .api.attention import attention, plan  # importing it registers torch.ops.fa512.fwd
-from .contract import DEFAULT_SOFTMAX_SCALE, HEAD_DIM, KERNEL_NAMES, MAX_SPLITS
+from .contract import DEFAULT_SOFTMAX_SCALE, HEAD_DIM, KERNEL_NAMES, MAX_SPLITS, PRECISIONS
 from .errors import KernelUnavailableError
 from .numerics.reference import attention_ref, merge_partials
 from .planning.dispatch import Plan, Target
@@ -17,6 +17,7 @@ __all__ = [
     "KERNEL_NAMES",
     "KernelUnavailableError",
     "MAX_SPLITS",
+    "PRECISIONS",
     "Plan",
     "Target",
     "attention",

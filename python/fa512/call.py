@@ -1,4 +1,4 @@
-"""One call of the op: its 19 arguments in schema order (`Call`), and the defaults of the API.
+"""One call of the op: its 20 arguments in schema order (`Call`), and the defaults of the API.
 
 `Call` is what flows from the public API to a launch: `fa512.attention` and the op's body build
 one, `fa512.planning.validate.check` turns it into a checked problem, the warm-call memo keys on
@@ -38,6 +38,7 @@ class Call(NamedTuple):
     v_descale: Optional[torch.Tensor]
     num_splits: int
     kernel: str
+    precision: str = "auto"  # a default, so that calls built by position before it keep working
 
 
 def default_bounds(q, k, page_table, max_seqlen_q, max_seqlen_k, softmax_scale):
@@ -72,7 +73,7 @@ def default_seqused_k(k, page_table, cu_seqlens_k):
 def make_call(
     q, k, v, *, cu_seqlens_q, seqused_k=None, page_table=None, cu_seqlens_k=None, max_seqlen_q=None,
     max_seqlen_k=None, softmax_scale=None, causal=False, window_left=-1, window_right=-1, q_descale=None,
-    k_descale=None, v_descale=None, out=None, num_splits=0, kernel="auto",
+    k_descale=None, v_descale=None, out=None, num_splits=0, kernel="auto", precision="auto",
 ) -> Call:
     """`fa512.attention`'s keyword arguments as a `Call`, with the defaults filled in.
 
@@ -87,6 +88,7 @@ def make_call(
     return Call(
         q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+        precision,
     )
 
 

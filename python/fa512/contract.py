@@ -13,6 +13,9 @@ import torch
 HEAD_DIM = 512
 # Kernels a call may request; "auto" follows the dispatch table (`fa512.planning.dispatch`).
 KERNEL_NAMES = ("auto", "fp8_mma", "mma16", "triton", "reference")
+# Numerics a call may request (`fa512.attention`'s ``precision``); "auto" is resolved per call
+# shape by `fa512.planning.precision`.
+PRECISIONS = ("auto", "fast", "accurate")
 # Most splits one call may ask for (`num_splits`) and the SM90 planner may pick: the SM90 combine
 # merges up to 256 (`cute_kernels.combine`), enough to give a 1-kv-head sequence all 132 SMs.
 # Backends may plan fewer (`Backend.max_splits`); the split workspace is sized per call.
@@ -27,4 +30,4 @@ KV_DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float16, torch.float32)
 REFERENCE_ONLY_DTYPES = (torch.float32,)
 DEFAULT_SOFTMAX_SCALE = 1.0 / math.sqrt(HEAD_DIM)
 
-__all__ = ["DEFAULT_SOFTMAX_SCALE", "HEAD_DIM", "KERNEL_NAMES", "KV_DTYPES", "MAX_GRID_YZ", "MAX_SPLITS", "Q_DTYPES", "REFERENCE_ONLY_DTYPES"]
+__all__ = ["DEFAULT_SOFTMAX_SCALE", "HEAD_DIM", "KERNEL_NAMES", "KV_DTYPES", "MAX_GRID_YZ", "MAX_SPLITS", "PRECISIONS", "Q_DTYPES", "REFERENCE_ONLY_DTYPES"]

@@ -475,6 +475,7 @@ def attention(
     heads: str = "all",
     num_splits: int = 0,
     kernel: str = "auto",
+    precision: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of the step's queries over the whole cache, from this rank's shard of it.
 
@@ -492,7 +493,7 @@ def attention(
         communicator with `TorchCollectives`' interface.
     new_k, new_v : (total_q, Hkv, 512) in the cache's dtype, optional
         The step's own keys, packed like q (``mode == "fresh"`` only); the cache's descales apply.
-    softmax_scale, q_descale, k_descale, v_descale, num_splits, kernel : as for `fa512.attention`,
+    softmax_scale, q_descale, k_descale, v_descale, num_splits, kernel, precision : as for `fa512.attention`,
         for every call of the plan. Per-sequence (B, Hkv) descales are per sequence of the step.
     out : (total_q, H, 512), optional
         H = Hq for ``heads="all"``, Hq / W for ``"local"``; q's dtype, or float32 / float64 to keep
@@ -519,7 +520,7 @@ def attention(
                         "new_k and new_v with a plan made with new_kv=True, neither otherwise")
     o_parts, lse_parts = step_partials(q, k, v, shard_plan, new_k=new_k, new_v=new_v, softmax_scale=softmax_scale,
                                        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-                                       num_splits=num_splits, kernel=kernel)
+                                       num_splits=num_splits, kernel=kernel, precision=precision)
     h_out = q.shape[1] // (world if heads == "local" else 1)
     if out is None:
         out = torch.empty(q.shape[0], h_out, q.shape[2], dtype=q.dtype, device=q.device)
@@ -529,7 +530,8 @@ def attention(
 
 
 def step_partials(q, k, v, shard_plan: ShardPlan, *, new_k=None, new_v=None, softmax_scale=None, q_descale=None,
-                  k_descale=None, v_descale=None, num_splits: int = 0, kernel: str = "auto") -> tuple:
+                  k_descale=None, v_descale=None, num_splits: int = 0, kernel: str = "auto",
+                  precision: str = "auto") -> tuple:
     """This rank's partials of the step: (o_parts (S, T, Hq, 512), lse_parts (S, Hq, T)) over the
     calls of ``shard_plan`` (`fa512.launch.partials`), before any merge."""
     parts = []
@@ -540,7 +542,7 @@ def step_partials(q, k, v, shard_plan: ShardPlan, *, new_k=None, new_v=None, sof
             q, kk, vv, cu_seqlens_q=c.cu_seqlens_q, seqused_k=c.seqused_k, page_table=c.page_table,
             cu_seqlens_k=c.cu_seqlens_k, max_seqlen_q=c.max_seqlen_q, max_seqlen_k=c.max_seqlen_k,
             softmax_scale=softmax_scale, causal=c.causal, window_right=-1 if c.causal else c.window_right,
-            q_descale=qd, k_descale=kd, v_descale=vd, num_splits=num_splits, kernel=kernel,
+            q_descale=qd, k_descale=kd, v_descale=vd, num_splits=num_splits, kernel=kernel, precision=precision,
         )))
     if len(parts) == 1:
         return parts[0]

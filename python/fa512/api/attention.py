@@ -36,6 +36,7 @@ def attention(
     out: Optional[torch.Tensor] = None,
     num_splits: int = 0,
     kernel: str = "auto",
+    precision: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention forward for head_dim 512 over varlen queries and a paged or packed KV cache.
 
@@ -73,6 +74,14 @@ def attention(
     kernel : {"auto", "fp8_mma", "mma16", "triton", "reference"}
         "auto" follows the dispatch table (`fa512.plan` shows the decision); a named kernel that
         cannot serve the call raises `fa512.KernelUnavailableError` with the reason.
+    precision : {"auto", "fast", "accurate"}
+        The numerics of fp8_mma, the one kernel that rounds Q and P to e4m3. "fast": one e4m3
+        term each. "accurate": two e4m3 terms each (Q ~ Q_hi + Q_lo, P ~ P_hi + P_lo), about the
+        dequant control's accuracy; where fp8_mma has no accurate variant, "auto" kernel
+        selection passes it over (a named ``kernel="fp8_mma"`` raises). "auto": accurate where
+        it costs no measurable time, else fast (`fa512.planning.precision`; `fa512.plan` says
+        which and why). mma16, Triton and the reference are accurate by construction and
+        accept any value.
 
     Returns
     -------
@@ -91,6 +100,7 @@ def attention(
     call = _new_call(Call, (
         q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
         softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+        precision,
     ))
     # Eager calls skip the dispatcher (fa512.api.op says why) and allocate out there when it is
     # None (in C++ on the native warm call); torch.compile needs the op itself.
@@ -121,6 +131,7 @@ def plan(
     out: Optional[torch.Tensor] = None,
     num_splits: int = 0,
     kernel: str = "auto",
+    precision: str = "auto",
     target: Optional[str | Target] = None,
 ) -> Plan:
     """The decision `attention` would make for these arguments, without running anything.
@@ -134,7 +145,7 @@ def plan(
         q, k, v, cu_seqlens_q=cu_seqlens_q, seqused_k=seqused_k, page_table=page_table, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
         window_left=window_left, window_right=window_right, q_descale=q_descale, k_descale=k_descale,
-        v_descale=v_descale, out=out, num_splits=num_splits, kernel=kernel,
+        v_descale=v_descale, out=out, num_splits=num_splits, kernel=kernel, precision=precision,
     ))
     if target is None:
         tgt = target_of(q.device)
@@ -142,7 +153,7 @@ def plan(
         tgt = target
     else:
         tgt = Target.parse(target)
-    return make_plan(problem, tgt, kernel, num_splits)
+    return make_plan(problem, tgt, kernel, num_splits, precision)
 
 
 __all__ = ["attention", "plan"]

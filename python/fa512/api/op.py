@@ -6,7 +6,8 @@ Schema (``out`` is written in place; only the lse is returned, as a fresh tensor
                Tensor? cu_seqlens_k, Tensor cu_seqlens_q, SymInt max_seqlen_q,
                Tensor seqused_k, SymInt max_seqlen_k, float softmax_scale, bool causal,
                SymInt window_left, SymInt window_right, Tensor? q_descale,
-               Tensor? k_descale, Tensor? v_descale, SymInt num_splits, str kernel) -> Tensor
+               Tensor? k_descale, Tensor? v_descale, SymInt num_splits, str kernel,
+               str precision="auto") -> Tensor
 
 The raw op needs every argument (in `fa512.call.Call` order); `fa512.attention` fills defaults
 and allocates ``out``. Its body is `fa512.launch.run.run`. Once `fa512.launch.native` is loaded,
@@ -29,7 +30,7 @@ SCHEMA = (
     "fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? page_table, Tensor? cu_seqlens_k, "
     "Tensor cu_seqlens_q, SymInt max_seqlen_q, Tensor seqused_k, SymInt max_seqlen_k, float softmax_scale, "
     "bool causal, SymInt window_left, SymInt window_right, Tensor? q_descale, Tensor? k_descale, "
-    "Tensor? v_descale, SymInt num_splits, str kernel) -> Tensor"
+    "Tensor? v_descale, SymInt num_splits, str kernel, str precision=\"auto\") -> Tensor"
 )
 
 

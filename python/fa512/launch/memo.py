@@ -50,7 +50,7 @@ def signature(call: Call) -> Optional[tuple]:
     descales, whose strides nothing before the kernel reads.
     """
     try:
-        (q, k, v, out, pt, cuk, cuq, msq, sk, msk, scale, causal, wl, wr, qd, kd, vd, ns, kernel) = call
+        (q, k, v, out, pt, cuk, cuq, msq, sk, msk, scale, causal, wl, wr, qd, kd, vd, ns, kernel, precision) = call
         dev = q.device
         key = (
             # The Triton interpreter switch decides whether CPU tensors can use Triton.
@@ -67,8 +67,8 @@ def signature(call: Call) -> Optional[tuple]:
             None if kd is None else (kd.shape, kd.dtype, kd.device),
             None if vd is None else (vd.shape, vd.dtype, vd.device),
             # types too: True == 1 and 1.0 == 1, but validation tells them apart
-            msq, msk, scale, causal, wl, wr, ns, kernel,
-            type(msq), type(msk), type(scale), type(causal), type(wl), type(wr), type(ns), type(kernel),
+            msq, msk, scale, causal, wl, wr, ns, kernel, precision,
+            type(msq), type(msk), type(scale), type(causal), type(wl), type(wr), type(ns), type(kernel), type(precision),
         )
     except (AttributeError, TypeError, ValueError):
         return None  # not tensors where tensors belong: check() names it
@@ -81,7 +81,7 @@ def build(call: Call, debug: bool = False) -> Launcher:
     problem, args = check(call)
     if debug:
         debug_checks(problem, args, call.max_seqlen_q, call.max_seqlen_k)
-    plan = make_plan(problem, target_of(args.q.device), call.kernel, call.num_splits)
+    plan = make_plan(problem, target_of(args.q.device), call.kernel, call.num_splits, call.precision)
     extents = tuple(_extent(t) for t in (args.q, args.k, args.v, call.out))
     return BACKENDS[plan.kernel].make_launcher(plan, args, call.out, extents)
 

@@ -34,7 +34,7 @@ def build(call: Call, debug: bool = False) -> PartialLauncher:
     problem, args = check(call)
     if debug:
         debug_checks(problem, args, call.max_seqlen_q, call.max_seqlen_k)
-    plan = make_plan(problem, target_of(args.q.device), call.kernel, call.num_splits)
+    plan = make_plan(problem, target_of(args.q.device), call.kernel, call.num_splits, call.precision)
     return BACKENDS[plan.kernel].make_partial_launcher(plan, args)
 
 

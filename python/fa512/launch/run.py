@@ -50,7 +50,9 @@ def run(call: Call) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_positional(*args) -> torch.Tensor:
-    """The op's body on its 19 schema arguments; returns lse (``out`` is written in place)."""
+    """The op's body on its 20 schema arguments; returns lse (``out`` is written in place)."""
+    if len(args) != len(Call._fields):  # called without precision: the schema's default, which
+        return run(Call(*args))[1]      # torch leaves to the Python kernel to fill
     return run(tuple.__new__(Call, args))[1]  # Call(*args) would add a Python-level __new__ per call
 
 

@@ -10,6 +10,7 @@ call, and the plan's reason names every kernel it passed over and why.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import torch
 from ..backends.registry import BACKENDS
 from ..contract import MAX_GRID_YZ
 from ..errors import KernelUnavailableError, arg_error
+from .precision import resolve as resolve_precision
 from .problem import Problem
 from .splits import PER_CTA_BW_SHARE, forward_tiles, plan_num_splits
 
@@ -123,6 +125,7 @@ class Plan:
             f"target    : {self.target.describe()}",
             f"route     : {self.route}",
             f"kernel    : {self.kernel}",
+            f"precision : {self.precision}",
             f"config    : {self.config}",
             f"num_splits: {self.num_splits}",
             f"ctas      : {self.ctas} ({self.target.num_sms} SMs), {self.launches} launch(es) per call",
@@ -130,6 +133,11 @@ class Plan:
             f"why       : {self.reason}",
         ]
         return "\n".join(lines)
+
+    @property
+    def precision(self) -> str:
+        """"fast" | "accurate": the numerics asked of the kernel (`fa512.planning.precision`)."""
+        return self.problem.precision
 
 
 def _route_for(target: Target, problem: Problem) -> Route:
@@ -145,8 +153,15 @@ def _refusal(name: str, problem: Problem, target: Target) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits: int = 0) -> Plan:
-    """Decide kernel, config and split count from host values only (no tensor is read)."""
+def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits: int = 0,
+              precision: str = "auto") -> Plan:
+    """Decide kernel, config and split count from host values only (no tensor is read).
+
+    ``precision`` ("auto" | "fast" | "accurate") is resolved first (`fa512.planning.precision`);
+    the plan's problem carries the result, which the backends' configs and refusals read."""
+    numerics, precision_reason = resolve_precision(precision, problem)
+    if numerics != problem.precision:
+        problem = dataclasses.replace(problem, precision=numerics)
     route = _route_for(target, problem)
     if kernel == "auto":
         skipped = []
@@ -204,8 +219,8 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
     launches = backend.launches(splits, config) if problem.total_q and problem.max_seqlen_q else 0
     ctas = splits * forward_tiles(batch=problem.batch, num_tile_heads=problem.num_q_heads // pack, heads_per_tile=pack,
                                   max_seqlen_q=problem.max_seqlen_q, block_m=config.block_m) if launches else 0
-    return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target,
-                ctas, launches)
+    return Plan(name, config, splits, ws, f"{reason}; {precision_reason}; splits: {split_reason}", route.label,
+                problem, target, ctas, launches)
 
 
 __all__ = ["Plan", "ROUTES", "Route", "Target", "make_plan", "target_of"]

@@ -32,6 +32,9 @@ class Problem:
     window_right: int  # -1 = unbounded; causal resolves to 0
     descale_modes: tuple  # (q, k, v) modes from fa512.planning.descales
     device_type: str
+    # "fast" | "accurate": the numerics the plan gives fp8_mma (`fa512.planning.precision`
+    # resolves the call's "auto"; `validate.check` leaves the default, `make_plan` sets it)
+    precision: str = "fast"
 
     @property
     def group_size(self) -> int:
@@ -54,7 +57,7 @@ class Problem:
         return (
             f"B={self.batch} total_q={self.total_q} Hq={self.num_q_heads} Hkv={self.num_kv_heads} "
             f"max_q={self.max_seqlen_q} max_k={self.max_seqlen_k} q={_dt(self.q_dtype)} "
-            f"kv={_dt(self.kv_dtype)} {kv} {mask}"
+            f"kv={_dt(self.kv_dtype)} {kv} {mask}" + (" accurate" if self.precision == "accurate" else "")
         )
 
 

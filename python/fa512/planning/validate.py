@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 
 from ..call import Call
-from ..contract import HEAD_DIM, KERNEL_NAMES, KV_DTYPES, MAX_SPLITS, Q_DTYPES
+from ..contract import HEAD_DIM, KERNEL_NAMES, KV_DTYPES, MAX_SPLITS, PRECISIONS, Q_DTYPES
 from ..errors import arg_error
 from .descales import normalize_descale
 from .problem import FwdArgs, Problem
@@ -91,7 +91,8 @@ def check_mask(causal: object, window_left: object, window_right: object) -> tup
 def check(call: Call) -> tuple[Problem, FwdArgs]:
     """Check every argument of ``call``; raise ValueError/TypeError naming the bad one."""
     (q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
-     softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel) = call
+     softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
+     precision) = call
     q = _need_tensor("q", q)
     k = _need_tensor("k", k)
     v = _need_tensor("v", v)
@@ -198,6 +199,8 @@ def check(call: Call) -> tuple[Problem, FwdArgs]:
         raise arg_error(ValueError, "num_splits", num_splits, f"0 (automatic) .. {MAX_SPLITS}")
     if not isinstance(kernel, str) or kernel not in KERNEL_NAMES:
         raise arg_error(ValueError, "kernel", repr(kernel), " | ".join(repr(n) for n in KERNEL_NAMES))
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise arg_error(ValueError, "precision", repr(precision), " | ".join(repr(n) for n in PRECISIONS))
 
     descales = [
         normalize_descale(name, t, batch, num_kv_heads, device)

@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-right", type=int, default=-1)
     p.add_argument("--num-splits", type=int, default=0)
     p.add_argument("--kernel", default="auto")
+    p.add_argument("--precision", choices=["auto", "fast", "accurate"], default="auto",
+                   help="fp8_mma's numerics (fa512.planning.precision)")
     p.add_argument("--target", default=None, help="cpu | sm_90[:SMs] | sm_120[:SMs]; default: this machine")
 
 
@@ -40,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
         seqused_k=torch.empty(b, dtype=torch.int32, **meta),
         max_seqlen_q=sq, max_seqlen_k=sk, causal=args.causal, window_left=args.window_left,
         window_right=args.window_right, num_splits=args.num_splits, kernel=args.kernel,
+        precision=args.precision,
     )
     if args.page_size > 0:
         pages = -(-sk // args.page_size)
