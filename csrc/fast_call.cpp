@@ -1052,7 +1052,12 @@ PyObject* to_python(const c10::IValue& iv) {
 
 // torch.ops.fa512.fwd on CUDA tensors: a registered signature launches here; anything else runs
 // the op's Python body (which validates, plans, launches and registers the signature).
-void fwd_boxed(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
+void fwd_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // A library built for another schema would read the stack shifted: refuse it by name.
+  const size_t schema_args = op.schema().arguments().size();
+  TORCH_CHECK(schema_args == static_cast<size_t>(kNumArgs), "fa512 native: this library was built for ", kNumArgs,
+              " op arguments, the registered fa512::fwd takes ", schema_args,
+              ": rebuild it (python -m fa512 native) or unset FA512_NATIVE_LIB");
   const c10::IValue* args = &(*stack)[stack->size() - kNumArgs];
   Key key;
   Tensors tensors;
@@ -1242,6 +1247,8 @@ PyObject* clear(PyObject* /*self*/, PyObject* /*unused*/) {
   Py_RETURN_NONE;
 }
 
+PyObject* num_args(PyObject* /*self*/, PyObject* /*unused*/) { return PyLong_FromLong(kNumArgs); }
+
 PyObject* size(PyObject* /*self*/, PyObject* /*unused*/) {
   return PyLong_FromSize_t(g_entries.size());
 }
@@ -1315,6 +1322,7 @@ PyMethodDef kMethods[] = {
     {"register", register_entry, METH_VARARGS, "register(call, spec | None) -> bool"},
     {"clear", clear, METH_NOARGS, "forget every registered signature"},
     {"size", size, METH_NOARGS, "number of registered signatures"},
+    {"num_args", num_args, METH_NOARGS, "the op arguments this library was built for (fa512.call.Call's fields)"},
     {"launches", launches, METH_NOARGS, "calls launched by the native path in this process"},
     {"direct_launches", direct_launches, METH_NOARGS, "kernels launched from a recorded launch (no host function)"},
     {"graph_launches", graph_launches, METH_NOARGS, "calls launched as one graph (kernels counted in direct_launches)"},

@@ -6,7 +6,7 @@ fa512's (CompositeExplicitAutograd; autograd takes the dispatcher's default fall
 timer that calls any op through the C++ dispatcher on a prepared argument stack (what AOTI and
 C++ callers pay: no Python argument parsing). `profiles/host_overhead.py --breakdown` reports:
 
-- the probe through ``torch.ops`` from Python: torch's floor for a 19-argument op call;
+- the probe through ``torch.ops`` from Python: torch's floor for an op call of fa512's arity (20 arguments since 2026-12-03, 19 before);
 - the probe and ``fa512::fwd`` through the C++ dispatcher: the floor without Python, and the
   real op's whole cost on that path.
 """

@@ -91,7 +91,7 @@ def make_call(case: dict, device: str, hq: int = 32, hkv: int = 4) -> tuple:
 
 
 def op_args(q, k, v, out, kw):
-    """The 19 arguments of torch.ops.fa512.fwd for the same call, as a `fa512.call.Call`."""
+    """The 20 arguments of torch.ops.fa512.fwd for the same call, as a `fa512.call.Call`."""
     from fa512.call import Call
 
     return Call(

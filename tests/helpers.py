@@ -130,7 +130,7 @@ def naive_attention(q, keys, values, scale, causal=False, window_left=-1, window
 
 
 def op_args(q, k, v, out, kw, **over):
-    """The op's 19 arguments as a `fa512.call.Call` (schema order), with test defaults (causal,
+    """The op's 20 arguments as a `fa512.call.Call` (schema order), with test defaults (causal,
     descales)."""
     from fa512.call import Call
 

@@ -25,6 +25,18 @@ def ho():
     return load_profile("host_overhead")
 
 
+def test_the_library_reports_the_op_schema_it_was_built_for(mod):
+    # a prebuilt library (FA512_NATIVE_LIB) from before the op grew would read the dispatcher's
+    # argument stack shifted: the load refuses it by name
+    from fa512.call import Call
+
+    assert mod.num_args() == len(Call._fields) == 20
+    native._check_schema(mod, None)
+    for stale in (type("Old", (), {})(), type("Old19", (), {"num_args": staticmethod(lambda: 19)})()):
+        with pytest.raises(native.SchemaMismatch, match="rebuild it"):
+            native._check_schema(stale, "/tmp/old.so")
+
+
 CASES = {
     # fp8 KV (uint8 reinterpretation), scalar and per-head descales (stride-0 (B, Hkv) views)
     "fp8_descales": dict(kv_dtype=torch.float8_e4m3fn, descale=True, num_splits=1),
@@ -209,7 +221,7 @@ def _gpu_prefill_case(q_lens=(150, 40), k_lens=(700, 256), causal=False):
 
 
 def _gpu_op_args(q, k, v, out, kw) -> tuple:
-    """`_gpu_case`'s call as the op's 19 positional arguments."""
+    """`_gpu_case`'s call as the op's 20 positional arguments."""
     return op_args(q, k, v, out, kw, softmax_scale=kw["softmax_scale"], causal=kw.get("causal", False),
                    k_descale=kw.get("k_descale"), v_descale=kw.get("v_descale"),
                    num_splits=kw.get("num_splits", 0), kernel=kw["kernel"])

@@ -57,6 +57,29 @@ def test_accurate_passes_over_fp8_mma_to_an_accurate_kernel(seqlen_q, page_size,
 
 
 @needs_dsl
+def test_plans_report_the_numerics_of_what_runs():
+    q, k, v, kw = _fp8_problem(1)
+    assert fa512.plan(q, k, v, **kw, target="sm_90:132", precision="fast").precision == "fast"  # fp8_mma
+    # a dequantising kernel is accurate whatever was asked; a 16-bit cache's plan leaves the clause out
+    assert fa512.plan(q, k, v, **kw, target="sm_90:132", kernel="mma16", precision="fast").precision == "accurate"
+    q16, k16, v16, kw16 = make_problem([1], [600], hq=32, hkv=4, page_size=64, q_dtype=torch.bfloat16,
+                                       kv_dtype=torch.bfloat16, seed=15)
+    p16 = fa512.plan(q16, k16, v16, **kw16, target="sm_90:132")
+    assert p16.kernel == "mma16" and p16.precision == "accurate" and "precision" not in p16.reason
+
+
+def test_make_plan_names_a_bad_precision():
+    from fa512.call import make_call
+    from fa512.planning.dispatch import make_plan, target_of
+    from fa512.planning.validate import check
+
+    q, k, v, kw = make_problem([1], [40], hq=8, hkv=1, page_size=16, seed=1)
+    problem, _ = check(make_call(q, k, v, **kw))
+    with pytest.raises(ValueError, match="precision"):
+        make_plan(problem, target_of(q.device), "auto", 0, "Accurate")
+
+
+@needs_dsl
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float16])
 def test_16_bit_caches_accept_every_precision(kv_dtype):
     q, k, v, kw = make_problem([1, 1], [600, 200], hq=32, hkv=4, page_size=64, q_dtype=kv_dtype, kv_dtype=kv_dtype,
@@ -80,6 +103,34 @@ def test_the_reference_ignores_precision_and_the_op_defaults_it():
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
     with pytest.raises(ValueError, match="precision"):
         torch.ops.fa512.fwd(*call._replace(precision="fastest"))
+
+
+@pytest.mark.parametrize("path", ["memo", "partials"])
+def test_the_launch_paths_plan_with_the_calls_precision(path):
+    # what `fa512.attention` (memo) and the split partials (`fa512.launch.partials`, the
+    # distributed path) plan with: the call's precision, resolved
+    from fa512.call import with_out
+    from fa512.launch import memo, partials
+
+    q, k, v, kw = make_problem([2], [30], hq=8, hkv=1, page_size=16, kv_dtype=torch.float8_e4m3fn, seed=2)
+    call = with_out(op_args(q, k, v, None, kw, k_descale=None, v_descale=None))
+    build = memo.build if path == "memo" else partials.build
+    for precision, numerics in (("accurate", "accurate"), ("fast", "fast"), ("auto", "fast")):
+        assert build(call._replace(precision=precision)).plan.problem.precision == numerics
+
+
+def test_distributed_partials_pass_the_precision_on(monkeypatch):
+    import fa512.distributed as dist
+
+    seen = []
+    monkeypatch.setattr(dist, "partials", lambda call: seen.append(call.precision) or (None, None))
+    q, k, v, kw = make_problem([1], [4], hq=8, hkv=1, page_size=16, seed=3)
+    shard = type("ShardPlan", (), {})()
+    shard.batch, shard.calls = 1, [type("C", (), dict(
+        fresh=False, repeat=1, cu_seqlens_q=kw["cu_seqlens_q"], seqused_k=kw["seqused_k"], page_table=kw["page_table"],
+        cu_seqlens_k=None, max_seqlen_q=1, max_seqlen_k=4, causal=True, window_right=-1))()]
+    dist.step_partials(q, k, v, shard, precision="accurate")
+    assert seen == ["accurate"]
 
 
 def test_precision_is_part_of_the_warm_call_signature():

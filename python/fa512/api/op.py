@@ -9,7 +9,7 @@ Schema (``out`` is written in place; only the lse is returned, as a fresh tensor
                Tensor? k_descale, Tensor? v_descale, SymInt num_splits, str kernel,
                str precision="auto") -> Tensor
 
-The raw op needs every argument (in `fa512.call.Call` order); `fa512.attention` fills defaults
+The raw op needs every argument but ``precision`` (in `fa512.call.Call` order); `fa512.attention` fills defaults
 and allocates ``out``. Its body is `fa512.launch.run.run`. Once `fa512.launch.native` is loaded,
 its C++ kernel serves the op on CUDA tensors (registered signatures launch in C++, anything else
 calls the body). The op is opaque to torch.compile (its fake only validates shapes and builds

@@ -324,10 +324,11 @@ class Fp8MmaBackend(Mma16Backend):
     def unsupported(self, problem: Problem, target) -> Optional[str]:
         if not problem.kv_is_fp8:
             return f"needs an fp8 e4m3 KV cache, got {problem.kv_dtype} (bf16/fp16 KV: mma16)"
-        if problem.precision == "accurate":
-            return ("precision='accurate' has no fp8_mma variant yet (its two-term decode tile waits in "
-                    "profiles/wip/accurate_mode.patch); the other kernels are accurate by construction")
-        return super().unsupported(problem, target)
+        refusal = super().unsupported(problem, target)
+        if refusal is None and problem.precision == "accurate":
+            refusal = ("precision='accurate' has no fp8_mma variant yet (its two-term decode tile waits in "
+                       "profiles/wip/accurate_mode.patch); the other kernels are accurate by construction")
+        return refusal
 
 
 __all__ = ["CuteLauncher", "Fp8MmaBackend", "LaunchState", "Mma16Backend", "WINDOW_INF", "kernel_specs",

@@ -92,6 +92,24 @@ def _load():
     )
 
 
+class SchemaMismatch(RuntimeError):
+    """A native library built for another op schema than this fa512's."""
+
+
+def _check_schema(mod, prebuilt) -> None:
+    """Raise `SchemaMismatch` when ``mod`` was built for another number of op arguments (a
+    library from FA512_NATIVE_LIB built before the schema grew; first-use builds are keyed by a
+    hash of the source and cannot be stale)."""
+    from ..call import Call
+
+    built_for = mod.num_args() if hasattr(mod, "num_args") else "an older schema's"
+    if built_for != len(Call._fields):
+        raise SchemaMismatch(
+            f"fa512: the native library {prebuilt or '(first-use build)'} was built for {built_for} op arguments, "
+            f"this fa512's op takes {len(Call._fields)}: rebuild it (python -m fa512 native) or unset FA512_NATIVE_LIB"
+        )
+
+
 def _load_prebuilt(path: str):
     """A library built ahead of time (CMakeLists.txt) instead of the first-use build."""
     import importlib.machinery
@@ -121,8 +139,11 @@ def module():
     else:
         try:
             _module = _load_prebuilt(prebuilt) if prebuilt else _load()
+            _check_schema(_module, prebuilt)
             if _python_fwd is not None:
                 _module.set_python_fwd(_python_fwd)
+        except SchemaMismatch:
+            raise  # its CUDA kernel of the op is registered already: serving on would misread calls
         except Exception as exc:  # a missing compiler / ninja / header: the Python path serves
             _reason = f"build failed: {type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
             warnings.warn(f"fa512: native warm call unavailable ({_reason}); using the Python path", stacklevel=2)

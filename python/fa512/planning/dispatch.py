@@ -136,8 +136,10 @@ class Plan:
 
     @property
     def precision(self) -> str:
-        """"fast" | "accurate": the numerics asked of the kernel (`fa512.planning.precision`)."""
-        return self.problem.precision
+        """"fast" | "accurate": the numerics of what runs. fp8_mma's are the resolved request
+        (`fa512.planning.precision`); every other kernel dequantises or runs 16-bit, which is
+        "accurate" whatever was asked."""
+        return self.problem.precision if self.kernel == "fp8_mma" else "accurate"
 
 
 def _route_for(target: Target, problem: Problem) -> Route:
@@ -219,8 +221,10 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
     launches = backend.launches(splits, config) if problem.total_q and problem.max_seqlen_q else 0
     ctas = splits * forward_tiles(batch=problem.batch, num_tile_heads=problem.num_q_heads // pack, heads_per_tile=pack,
                                   max_seqlen_q=problem.max_seqlen_q, block_m=config.block_m) if launches else 0
-    return Plan(name, config, splits, ws, f"{reason}; {precision_reason}; splits: {split_reason}", route.label,
-                problem, target, ctas, launches)
+    if problem.kv_is_fp8:  # the numerics of an fp8 cache depend on the kernel and the request
+        reason += f"; {precision_reason}"
+    return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target,
+                ctas, launches)
 
 
 __all__ = ["Plan", "ROUTES", "Route", "Target", "make_plan", "target_of"]

@@ -23,6 +23,8 @@ so "auto" resolves to "fast" everywhere until a faster accurate tile wins its A/
 
 from __future__ import annotations
 
+from ..contract import PRECISIONS
+from ..errors import arg_error
 from .problem import Problem
 
 # Shape classes (predicates on the problem) where the accurate variant measured as fast as the
@@ -31,7 +33,13 @@ ACCURATE_IS_FREE: tuple = ()
 
 
 def resolve(precision: str, problem: Problem) -> tuple[str, str]:
-    """("fast" | "accurate", why) for a call's ``precision`` ("auto" | "fast" | "accurate")."""
+    """("fast" | "accurate", why) for a call's ``precision`` ("auto" | "fast" | "accurate").
+
+    Resolving "auto" from the problem alone holds while `ACCURATE_IS_FREE` is empty; once it
+    lists a shape, the decision has to see the fp8_mma variant that would run (a shape class
+    whose accurate variant does not exist must stay fast, for a named kernel too)."""
+    if precision not in PRECISIONS:  # `make_plan` called directly; the API checks it first
+        raise arg_error(ValueError, "precision", repr(precision), " | ".join(repr(p) for p in PRECISIONS))
     if precision != "auto":
         return precision, f"precision={precision!r} requested"
     if problem.kv_is_fp8 and any(free(problem) for free in ACCURATE_IS_FREE):

@@ -89,7 +89,10 @@ def check_mask(causal: object, window_left: object, window_right: object) -> tup
 
 
 def check(call: Call) -> tuple[Problem, FwdArgs]:
-    """Check every argument of ``call``; raise ValueError/TypeError naming the bad one."""
+    """Check every argument of ``call``; raise ValueError/TypeError naming the bad one.
+
+    The problem's ``precision`` is left at its default: `make_plan` resolves the call's (a
+    backend config made straight from this problem is the fast one)."""
     (q, k, v, out, page_table, cu_seqlens_k, cu_seqlens_q, max_seqlen_q, seqused_k, max_seqlen_k,
      softmax_scale, causal, window_left, window_right, q_descale, k_descale, v_descale, num_splits, kernel,
      precision) = call

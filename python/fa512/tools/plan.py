@@ -6,6 +6,8 @@ import argparse
 
 import torch
 
+from ..contract import PRECISIONS
+
 DTYPES = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -23,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window-right", type=int, default=-1)
     p.add_argument("--num-splits", type=int, default=0)
     p.add_argument("--kernel", default="auto")
-    p.add_argument("--precision", choices=["auto", "fast", "accurate"], default="auto",
+    p.add_argument("--precision", choices=list(PRECISIONS), default="auto",
                    help="fp8_mma's numerics (fa512.planning.precision)")
     p.add_argument("--target", default=None, help="cpu | sm_90[:SMs] | sm_120[:SMs]; default: this machine")
 
