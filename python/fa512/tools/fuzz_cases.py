@@ -29,6 +29,8 @@ What a case draws
   (left only, right only, both, zero-width);
 - descales None / () / (1,) / (Hkv,) / (B, Hkv) per q, k, v, as views with offsets, stride 2,
   or transposed; num_splits 0 (planned) or 1..32; max_seqlen_q / _k exact, loose or defaulted;
+- with an fp8 cache, ``precision`` "auto" / "fast" / "accurate" (a named fp8_mma refuses an
+  accurate call it has no variant for; "auto" then plans another kernel);
 - q as a contiguous tensor, a head slice, the q part of a fused qkv buffer, or (rarely) a view
   whose base is not 16-byte aligned (SM90 kernels refuse it: a documented TMA limit); rows past
   cu_seqlens_q[B]; ``out`` allocated by the call or given as a (possibly strided) view;
@@ -114,6 +116,7 @@ class Spec:
     logit_std: float = 2.0
     q_std: float = 1.0
     v_std: float = 1.0
+    precision: str = "auto"  # fa512.attention's precision (drawn for fp8 caches)
     name: str = ""  # regression cases
 
     def describe(self) -> str:
@@ -131,7 +134,8 @@ class Spec:
         desc = "/".join(self.descale[n] for n in "qkv")
         text = (f"B={len(self.q_lens)} q={self.q_lens} k={self.k_lens} H={self.hq}/{self.hkv} "
                 f"q={self.q_dtype} kv={self.kv_dtype} {kv} {mask} splits={self.num_splits} "
-                f"descale={desc} q:{self.q_view}+{self.q_pad_rows} out:{self.out_view} garbage={self.garbage}")
+                f"descale={desc} q:{self.q_view}+{self.q_pad_rows} out:{self.out_view} garbage={self.garbage}"
+                + (f" precision={self.precision}" if self.precision != "auto" else ""))
         return f"[{self.name}] {text}" if self.name else text
 
 
@@ -282,6 +286,8 @@ def random_spec(seed: int, index: int, variants: int = DEFAULT_VARIANTS) -> Spec
     spec.logit_std = rng.choice((0.5, 1.0, 2.0, 4.0, 6.0))
     spec.q_std = 2.0 ** rng.uniform(-2, 2)
     spec.v_std = 2.0 ** rng.uniform(-2, 3)
+    if var.kv_dtype == "fp8":  # drawn last: the cases' other draws stay what they were
+        spec.precision = rng.choices(("auto", "fast", "accurate"), (60, 20, 20))[0]
     return spec
 
 
@@ -544,7 +550,7 @@ def build(spec: Spec) -> Built:
             oracle[f"{n}_descale"] = descale_vals[n]
 
     mask = dict(causal=spec.causal, window_left=spec.window_left, window_right=spec.window_right)
-    call.update(mask, num_splits=spec.num_splits)
+    call.update(mask, num_splits=spec.num_splits, precision=spec.precision)
     for name in ("max_seqlen_q", "max_seqlen_k", "softmax_scale"):
         if getattr(spec, name) is not None:
             call[name] = getattr(spec, name)
