@@ -1053,8 +1053,9 @@ PyObject* to_python(const c10::IValue& iv) {
 // torch.ops.fa512.fwd on CUDA tensors: a registered signature launches here; anything else runs
 // the op's Python body (which validates, plans, launches and registers the signature).
 void fwd_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  // A library built for another schema would read the stack shifted: refuse it by name.
-  const size_t schema_args = op.schema().arguments().size();
+  // A library built for another schema would read the stack shifted: refuse it by name (the
+  // schema is fixed once registered, so it is read once).
+  static const size_t schema_args = op.schema().arguments().size();
   TORCH_CHECK(schema_args == static_cast<size_t>(kNumArgs), "fa512 native: this library was built for ", kNumArgs,
               " op arguments, the registered fa512::fwd takes ", schema_args,
               ": rebuild it (python -m fa512 native) or unset FA512_NATIVE_LIB");

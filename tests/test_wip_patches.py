@@ -5,6 +5,7 @@ triton_plain_args.patch stopped applying after a docstring edit in fuzz.py, and 
 to build there.
 """
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,8 +25,6 @@ def test_wip_patch_applies(patch):
 
 def _listed_gpu_modules() -> set:
     """The test modules profiles/wip_trees.sh runs as the GPU suite's halves."""
-    import re
-
     text = (ROOT / "profiles" / "wip_trees.sh").read_text()
     listed = set()
     for name in ("KERNEL_HALF", "TOOLS_FUZZ", "TOOLS_REST"):
@@ -57,8 +56,6 @@ def _added_files(diff: str):
 
 
 def _marks_gpu(source: str) -> bool:
-    import re
-
     # a decorator, a module mark, or a decorator helper applying it (tests/test_fp8_operands.py)
     return re.search(r"^\s*(@pytest\.mark\.gpu\b|pytestmark\s*=.*\bpytest\.mark\.gpu\b|return pytest\.mark\.gpu\()",
                      source, re.M) is not None

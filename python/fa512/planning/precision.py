@@ -32,14 +32,19 @@ from .problem import Problem
 ACCURATE_IS_FREE: tuple = ()
 
 
+def check_precision(precision: object) -> None:
+    """Raise the ValueError naming ``precision`` unless it is one of `PRECISIONS`."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise arg_error(ValueError, "precision", repr(precision), " | ".join(repr(p) for p in PRECISIONS))
+
+
 def resolve(precision: str, problem: Problem) -> tuple[str, str]:
     """("fast" | "accurate", why) for a call's ``precision`` ("auto" | "fast" | "accurate").
 
     Resolving "auto" from the problem alone holds while `ACCURATE_IS_FREE` is empty; once it
     lists a shape, the decision has to see the fp8_mma variant that would run (a shape class
     whose accurate variant does not exist must stay fast, for a named kernel too)."""
-    if precision not in PRECISIONS:  # `make_plan` called directly; the API checks it first
-        raise arg_error(ValueError, "precision", repr(precision), " | ".join(repr(p) for p in PRECISIONS))
+    check_precision(precision)  # `make_plan` called directly; `validate.check` has checked the API's
     if precision != "auto":
         return precision, f"precision={precision!r} requested"
     if problem.kv_is_fp8 and any(free(problem) for free in ACCURATE_IS_FREE):
@@ -48,4 +53,4 @@ def resolve(precision: str, problem: Problem) -> tuple[str, str]:
                     "(the two-term decode tile: 7-18% slower, H200 2026-12-03)")
 
 
-__all__ = ["ACCURATE_IS_FREE", "resolve"]
+__all__ = ["ACCURATE_IS_FREE", "check_precision", "resolve"]

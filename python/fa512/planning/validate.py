@@ -16,9 +16,10 @@ from typing import Optional
 import torch
 
 from ..call import Call
-from ..contract import HEAD_DIM, KERNEL_NAMES, KV_DTYPES, MAX_SPLITS, PRECISIONS, Q_DTYPES
+from ..contract import HEAD_DIM, KERNEL_NAMES, KV_DTYPES, MAX_SPLITS, Q_DTYPES
 from ..errors import arg_error
 from .descales import normalize_descale
+from .precision import check_precision
 from .problem import FwdArgs, Problem
 
 
@@ -202,8 +203,7 @@ def check(call: Call) -> tuple[Problem, FwdArgs]:
         raise arg_error(ValueError, "num_splits", num_splits, f"0 (automatic) .. {MAX_SPLITS}")
     if not isinstance(kernel, str) or kernel not in KERNEL_NAMES:
         raise arg_error(ValueError, "kernel", repr(kernel), " | ".join(repr(n) for n in KERNEL_NAMES))
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise arg_error(ValueError, "precision", repr(precision), " | ".join(repr(n) for n in PRECISIONS))
+    check_precision(precision)
 
     descales = [
         normalize_descale(name, t, batch, num_kv_heads, device)
