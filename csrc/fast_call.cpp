@@ -26,6 +26,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlpack/dlpack.h>
 #include <torch/csrc/Exceptions.h>
@@ -41,6 +42,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <memory>
 #include <unordered_map>
@@ -64,7 +66,8 @@ struct GraphCache;  // and the kernels of one signature as a graph per stream
 struct Entry {
   bool python_only = true;
   void* fwd = nullptr;      // TVMFFIObjectHandle of the compiled forward
-  void* combine = nullptr;  // and of the split combine (nullptr without splits)
+  void* combine = nullptr;  // and of the split combine (nullptr without splits or with the fused combine)
+  bool fused = false;       // split partials merged inside the forward (cute_kernels/fused_combine.py)
   void* prepass = nullptr;  // and of the V^T prepass (cute_kernels/v_prepass.py; nullptr without)
   int64_t vt_shape[4] = {};  // its scratch (B, Hkv, 512, Kpad), which the forward takes as V
   PyObject* keep = nullptr;  // a tuple holding the tvm-ffi Function objects alive
@@ -853,6 +856,21 @@ at::Tensor fast_empty(c10::IntArrayRef sizes, at::ScalarType dtype, const at::Te
 
 enum class Status { kLaunched, kDeclined, kFailed };
 
+// The fused combine's arrival counters, one zeroed buffer per (device, stream), as
+// fa512.backends.cute.split_counters (kCounterWords there): the forwards leave them zeroed, so
+// calls on one stream share them and calls on two streams do not.
+constexpr int64_t kCounterWords = 2048;
+std::map<std::pair<int, void*>, at::Tensor> g_counters;
+
+const at::Tensor& split_counters(const at::Tensor& like, void* stream) {
+  auto key = std::make_pair(static_cast<int>(like.device().index()), stream);
+  auto found = g_counters.find(key);
+  if (found == g_counters.end()) {
+    found = g_counters.emplace(key, at::zeros({kCounterWords}, like.options().dtype(at::kInt))).first;
+  }
+  return found->second;
+}
+
 // Launches a registered signature on one call's tensors. ``out``: the caller's, or allocated
 // here (like q) when the entry says so. kDeclined leaves the call to the Python path, which
 // raises the matching error (a misaligned base, out overlapping an input).
@@ -861,6 +879,17 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   const at::Tensor& k = *t[K];
   const at::Tensor& v = *t[V];
   const CallDevice dev = call_device(q);
+  void* stream = current_stream(q);
+  if (e.fused && dev.index >= 0) {
+    // A capture gets counters of its own (fa512.backends.cute.split_counters): the Python path
+    // serves fused calls on a capturing stream. Declined before anything is allocated or
+    // launched, so the capture holds nothing of this attempt.
+    const Driver& drv = driver();
+    int capturing = 0;
+    if (drv.is_capturing != nullptr && (drv.is_capturing(stream, &capturing) != 0 || capturing != 0)) {
+      return Status::kDeclined;
+    }
+  }
   out = e.alloc_out ? fast_empty(q.sizes(), q.scalar_type(), q, dev) : *t[OUT];
   // TMA needs 16-byte aligned bases
   if ((reinterpret_cast<uintptr_t>(q.data_ptr()) | reinterpret_cast<uintptr_t>(k.data_ptr()) |
@@ -909,7 +938,6 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
     }
     desc[i] = any_tensor(&ddesc[i]);
   }
-  void* stream = current_stream(q);
   lse = fast_empty({e.lse_shape[0], e.lse_shape[1]}, at::kFloat, q, dev);
   DLTensor dlse = dl_of(lse);
   const int64_t num_splits = e.ints[3];
@@ -921,7 +949,7 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   DLTensor dopart, dlsepart;
   DLTensor* fwd_out = &dout;
   DLTensor* fwd_lse = &dlse;
-  if (e.combine != nullptr) {
+  if (e.combine != nullptr || e.fused) {
     workspace = fast_empty({e.o_part_numel + e.lse_part_numel}, at::kFloat, q, dev);
     float* base = static_cast<float*>(workspace.data_ptr());
     dopart = dl_fp32(base, dq.device, e.o_part_shape, e.o_part_strides, 4);
@@ -944,13 +972,18 @@ Status launch(const Entry& e, const Tensors& t, at::Tensor& out, at::Tensor& lse
   TVMFFIAny pa[6] = {any_tensor(&dv), meta[3], meta[1], meta[2], any_tensor(&dvt), any_ptr(stream)};
   if (e.prepass != nullptr) calls[count++] = {e.prepass, e.direct_prepass.get(), pa, 6};
   // fwd(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, q/k/v descale,
-  //     softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace, stream)
-  TVMFFIAny fa[19] = {
+  //     softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace,
+  //     merged out, merged lse, counters (the fused combine's; else None), stream)
+  DLTensor dcounters;
+  if (e.fused) dcounters = dl_of(split_counters(q, stream));  // not capturing: declined above
+  TVMFFIAny fa[22] = {
       any_tensor(&dq), any_tensor(&dk), any_tensor(fwd_v), any_tensor(fwd_out), any_tensor(fwd_lse),
       meta[0], meta[1], meta[2], meta[3], desc[0], desc[1], desc[2],
       any_float(e.softmax_scale), any_int(e.ints[0]), any_int(e.ints[1]), any_int(e.ints[2]),
-      any_int(num_splits), any_int(e.ints[4]), any_ptr(stream)};
-  calls[count++] = {e.fwd, e.direct_fwd.get(), fa, 19};
+      any_int(num_splits), any_int(e.ints[4]),
+      e.fused ? any_tensor(&dout) : any_none(), e.fused ? any_tensor(&dlse) : any_none(),
+      e.fused ? any_tensor(&dcounters) : any_none(), any_ptr(stream)};
+  calls[count++] = {e.fwd, e.direct_fwd.get(), fa, 22};
   // combine(o_part, lse_part, out, lse, cu_seqlens_q, num_splits, stream)
   TVMFFIAny ca[7] = {any_tensor(&dopart), any_tensor(&dlsepart), any_tensor(&dout), any_tensor(&dlse),
                      meta[0], any_int(num_splits), any_ptr(stream)};
@@ -1168,7 +1201,7 @@ std::shared_ptr<Direct> direct_for(PyObject* library) {
 
 // register(call, spec) with spec None ("Python only") or the tuple fa512.launch.native.launch_spec builds:
 // (fwd, combine | None, softmax_scale, (window_left, window_right, max_seqlen_q, num_splits, trace),
-//  kv_fp8, alloc_out, lse_shape, o_part_shape, lse_part_shape, descale_modes, (batch, Hkv),
+//  kv_fp8, fused, alloc_out, lse_shape, o_part_shape, lse_part_shape, descale_modes, (batch, Hkv),
 //  prepass | None, vt_shape (4 ints | ()), extents, record, last_launch,
 //  (fwd library | None, combine library | None, prepass library | None))
 PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
@@ -1186,9 +1219,9 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
     PyObject *fwd, *combine, *ints, *lse_shape, *o_part_shape, *lse_part_shape, *modes, *dims, *extents;
     PyObject *prepass, *vt_shape, *record, *last_launch, *fwd_lib, *combine_lib, *prepass_lib;
     double scale;
-    int kv_fp8, alloc_out;
-    if (!PyArg_ParseTuple(spec, "OOdO!ppO!O!O!OO!O!O!O!O!O!(OOO)", &fwd, &combine, &scale, &PyTuple_Type, &ints,
-                          &kv_fp8, &alloc_out, &PyTuple_Type, &lse_shape, &PyTuple_Type, &o_part_shape, &PyTuple_Type,
+    int kv_fp8, fused, alloc_out;
+    if (!PyArg_ParseTuple(spec, "OOdO!pppO!O!O!OO!O!O!O!O!O!(OOO)", &fwd, &combine, &scale, &PyTuple_Type, &ints,
+                          &kv_fp8, &fused, &alloc_out, &PyTuple_Type, &lse_shape, &PyTuple_Type, &o_part_shape, &PyTuple_Type,
                           &lse_part_shape, &prepass, &PyTuple_Type, &vt_shape, &PyTuple_Type, &modes, &PyTuple_Type,
                           &dims, &PyTuple_Type, &extents, &PyDict_Type, &record, &PyDict_Type, &last_launch, &fwd_lib,
                           &combine_lib, &prepass_lib)) {
@@ -1218,6 +1251,7 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
     e.last_launch = last_launch;
     e.softmax_scale = scale;
     e.kv_fp8 = kv_fp8;
+    e.fused = fused;
     e.alloc_out = alloc_out;
     for (int i = 0; i < 3; ++i) e.descale_mode[i] = static_cast<int>(mode_vals[i]);
     e.batch = dim_vals[0];
@@ -1234,6 +1268,8 @@ PyObject* register_entry(PyObject* /*self*/, PyObject* pyargs) {
   }
   auto found = g_entries.find(key);
   if (found != g_entries.end()) {
+    // Replacing an entry destroys its graphs (~GraphCache: cuGraphExecDestroy), which invalidates
+    // a capture under way: fa512.launch.native.register never registers while capturing.
     release(found->second);
     found->second = e;
   } else {

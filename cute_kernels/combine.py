@@ -18,6 +18,10 @@ cu_seqlens_q[B] are left untouched (the op contract: out rows past the last sequ
 written). Everything is read from device memory: no host sync, so a CUDA graph captured once
 serves any seqused_k at replay.
 
+`RowMerge` is one (row, quarter) merge for 256 threads, steps 1-3 above: the combine kernel runs
+one per CTA; the split forward's fused combine (`cute_kernels.fused_combine`) runs it in its
+two consumer warpgroups, synchronised by a named barrier instead of the CTA barrier.
+
 Programmatic dependent launch: the kernel is launched with ``use_pdl`` and waits
 (``griddepcontrol.wait``) before its first read of the partials; the split forward signals
 ``griddepcontrol.launch_dependents`` at its start, so this grid's launch and block scheduling
@@ -50,6 +54,107 @@ _DTYPES = {"bf16": BFloat16, "f16": Float16}
 assert MAX_SPLITS == THREADS and CHUNK_COLS == 4 * 32
 
 
+class RowMerge:
+    """The merge of one (query row, q head, 128-column quarter) by 256 threads: a device
+    routine. ``barrier_id`` None syncs with the CTA barrier (every thread of a 256-thread CTA),
+    else with that named barrier over 256 threads (the forward's consumer warpgroups)."""
+
+    def __init__(self, out_dtype, barrier_id=None):
+        self.out_dtype = out_dtype
+        self.barrier_id = barrier_id
+
+    @staticmethod
+    def scratch_bytes() -> int:
+        return 4 * (WARPS * CHUNK_COLS + MAX_SPLITS + 2 * WARPS)
+
+    @cute.jit
+    def scratch(self, base):
+        """(sums, weights, warp_max, warp_sum) fp32 smem tensors from ``base``, an fp32 smem
+        pointer to `scratch_bytes` bytes, 16-byte aligned."""
+        sums = cute.make_tensor(base, cute.make_layout(WARPS * CHUNK_COLS))
+        weights = cute.make_tensor(base + WARPS * CHUNK_COLS, cute.make_layout(MAX_SPLITS))
+        warp_max = cute.make_tensor(base + (WARPS * CHUNK_COLS + MAX_SPLITS), cute.make_layout(WARPS))
+        warp_sum = cute.make_tensor(base + (WARPS * CHUNK_COLS + MAX_SPLITS + WARPS), cute.make_layout(WARPS))
+        return sums, weights, warp_max, warp_sum
+
+    @cute.jit
+    def sync(self):
+        if cutlass.const_expr(self.barrier_id is None):
+            cute.arch.barrier()
+        else:
+            cute.arch.barrier(barrier_id=self.barrier_id, number_of_threads=THREADS)
+
+    @cute.jit
+    def block_reduce(self, value, scratch, warp, lane, op):
+        """``op``-reduce ``value`` over the 256 threads: butterfly within each warp, then every
+        thread folds the WARPS per-warp results from ``scratch``."""
+        for off in cutlass.range_constexpr(5):
+            value = op(value, cute.arch.shuffle_sync_bfly(value, offset=1 << off))
+        if lane == 0:
+            scratch[warp] = value
+        self.sync()
+        total = scratch[0]
+        for i in cutlass.range_constexpr(1, WARPS):
+            total = op(total, scratch[i])
+        return total
+
+    @cute.jit
+    def merge(self, mOPart, mLSEPart, mO, mLSE, token, head, chunk, num_splits, tidx, warp, scratch):
+        """Write out[token, head, 128 chunk .. 128 chunk + 127] (and, from chunk 0, the lse) from
+        the ``num_splits`` partials; ``tidx`` in 0..255 and ``warp`` = tidx // 32 (warp-uniform);
+        every one of the 256 threads calls it."""
+        sums, weights, warp_max, warp_sum = scratch
+        lane = tidx % 32
+        # -- 1. weights: thread t <-> split t ------------------------------------------------
+        lse_t = -Float32.inf
+        if tidx < num_splits:
+            lse_t = mLSEPart[tidx, head, token]
+        lse_max = self.block_reduce(lse_t, warp_max, warp, lane, cute.arch.fmax)
+        safe_max = lse_max
+        if lse_max == -Float32.inf:
+            safe_max = Float32(0.0)
+        w = cute.math.exp2((lse_t - safe_max) * Float32(LOG2_E), fastmath=True)
+        total = self.block_reduce(w, warp_sum, warp, lane, lambda a, b: a + b)
+        inv_total = Float32(0.0)
+        lse_out = -Float32.inf
+        if total > Float32(0.0):
+            inv_total = Float32(1.0) / total
+            lse_out = safe_max + cute.math.log2(total, fastmath=True) * Float32(LN_2)
+        weights[tidx] = w * inv_total
+        self.sync()
+
+        # -- 2. this warp's splits over the 128 columns (4 per lane) ---------------------------
+        col = chunk * (CHUNK_COLS // 4) + lane  # in 4-float vectors
+        acc = cute.make_rmem_tensor(4, Float32)
+        acc.fill(0.0)
+        parts = cute.make_rmem_tensor((4, LOADS_AHEAD), Float32)
+        mine = (num_splits + (WARPS - 1) - warp) // WARPS  # splits warp, warp + WARPS, ... < S
+        last = num_splits - 1
+        for r in cutlass.range((mine + LOADS_AHEAD - 1) // LOADS_AHEAD, unroll=1):
+            # LOADS_AHEAD loads in flight before the first FMA. A slot past the last split
+            # reloads the last split (a valid, finite partial) and its weight is 0: every
+            # thread >= S wrote weight 0 above, and s < 256 always (S <= 256).
+            for k in cutlass.range_constexpr(LOADS_AHEAD):
+                s = warp + WARPS * (r * LOADS_AHEAD + k)
+                src = mOPart[cutlass.min(s, last), token, head, None]
+                cute.autovec_copy(cute.local_tile(src, (4,), (col,)), parts[None, k])
+            for k in cutlass.range_constexpr(LOADS_AHEAD):
+                w_s = weights[warp + WARPS * (r * LOADS_AHEAD + k)]
+                for j in cutlass.range_constexpr(4):
+                    acc[j] = acc[j] + w_s * parts[j, k]
+        cute.autovec_copy(acc, cute.local_tile(sums, (4,), (warp * (CHUNK_COLS // 4) + lane,)))
+        self.sync()
+
+        # -- 3. the eight warps' sums, one column per thread ----------------------------------
+        if tidx < CHUNK_COLS:
+            o = sums[tidx]
+            for g in cutlass.range_constexpr(1, WARPS):
+                o = o + sums[g * CHUNK_COLS + tidx]
+            mO[token, head, chunk * CHUNK_COLS + tidx] = o.to(self.out_dtype)
+        if chunk == 0 and tidx == 0:
+            mLSE[head, token] = lse_out
+
+
 class SplitKVCombine:
     """Combine kernel for one output dtype (compile-time); split count is a run-time value."""
 
@@ -58,6 +163,7 @@ class SplitKVCombine:
             raise ValueError(f"fa512: combine out_dtype {out_dtype!r} not in {tuple(_DTYPES)}")
         self.out_dtype_name = out_dtype
         self.out_dtype = _DTYPES[out_dtype]
+        self.row_merge = RowMerge(self.out_dtype)
 
     @cute.jit
     def __call__(
@@ -72,29 +178,12 @@ class SplitKVCombine:
     ):
         MemRange, Align = cute.struct.MemRange, cute.struct.Align
         self.storage = cute.struct(type("CombineStorage", (), {"__annotations__": {
-            "sums": Align[MemRange[Float32, WARPS * CHUNK_COLS], 16],
-            "weights": Align[MemRange[Float32, MAX_SPLITS], 16],
-            "warp_max": Align[MemRange[Float32, WARPS], 16],
-            "warp_sum": Align[MemRange[Float32, WARPS], 16],
+            "scratch": Align[MemRange[Float32, RowMerge.scratch_bytes() // 4], 16],
         }}))
         rows = mO.shape[0] * mO.shape[1]
         self.kernel(mOPart, mLSEPart, mO, mLSE, mCuSeqlensQ, num_splits).launch(
             grid=(rows, COL_CHUNKS, 1), block=[THREADS, 1, 1], stream=stream, use_pdl=True
         )
-
-    @cute.jit
-    def block_reduce(self, value, scratch, warp, lane, op):
-        """``op``-reduce ``value`` over the CTA: butterfly within each warp, then every thread
-        folds the WARPS per-warp results from ``scratch``."""
-        for off in cutlass.range_constexpr(5):
-            value = op(value, cute.arch.shuffle_sync_bfly(value, offset=1 << off))
-        if lane == 0:
-            scratch[warp] = value
-        cute.arch.barrier()
-        total = scratch[0]
-        for i in cutlass.range_constexpr(1, WARPS):
-            total = op(total, scratch[i])
-        return total
 
     @cute.kernel
     def kernel(
@@ -108,67 +197,16 @@ class SplitKVCombine:
     ):
         tidx, _, _ = cute.arch.thread_idx()
         row, chunk, _ = cute.arch.block_idx()
-        lane = tidx % 32
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         num_heads = mO.shape[1]
         token = row // num_heads
         head = row - token * num_heads
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
-        sums = storage.sums.get_tensor(cute.make_layout(WARPS * CHUNK_COLS))
-        weights = storage.weights.get_tensor(cute.make_layout(MAX_SPLITS))
-        warp_max = storage.warp_max.get_tensor(cute.make_layout(WARPS))
-        warp_sum = storage.warp_sum.get_tensor(cute.make_layout(WARPS))
+        scratch = self.row_merge.scratch(storage.scratch.data_ptr())
         cute.arch.griddepcontrol_wait()  # the forward's partials are complete and visible
         total_valid = mCuSeqlensQ[mCuSeqlensQ.shape[0] - 1]
         if token < total_valid:  # CTA-uniform
-            # -- 1. weights: thread t <-> split t ------------------------------------------------
-            lse_t = -Float32.inf
-            if tidx < num_splits:
-                lse_t = mLSEPart[tidx, head, token]
-            lse_max = self.block_reduce(lse_t, warp_max, warp, lane, cute.arch.fmax)
-            safe_max = lse_max
-            if lse_max == -Float32.inf:
-                safe_max = Float32(0.0)
-            w = cute.math.exp2((lse_t - safe_max) * Float32(LOG2_E), fastmath=True)
-            total = self.block_reduce(w, warp_sum, warp, lane, lambda a, b: a + b)
-            inv_total = Float32(0.0)
-            lse_out = -Float32.inf
-            if total > Float32(0.0):
-                inv_total = Float32(1.0) / total
-                lse_out = safe_max + cute.math.log2(total, fastmath=True) * Float32(LN_2)
-            weights[tidx] = w * inv_total
-            cute.arch.barrier()
-
-            # -- 2. this warp's splits over the CTA's 128 columns (4 per lane) --------------------
-            col = chunk * (CHUNK_COLS // 4) + lane  # in 4-float vectors
-            acc = cute.make_rmem_tensor(4, Float32)
-            acc.fill(0.0)
-            parts = cute.make_rmem_tensor((4, LOADS_AHEAD), Float32)
-            mine = (num_splits + (WARPS - 1) - warp) // WARPS  # splits warp, warp + WARPS, ... < S
-            last = num_splits - 1
-            for r in cutlass.range((mine + LOADS_AHEAD - 1) // LOADS_AHEAD, unroll=1):
-                # LOADS_AHEAD loads in flight before the first FMA. A slot past the last split
-                # reloads the last split (a valid, finite partial) and its weight is 0: every
-                # thread >= S wrote weight 0 above, and s < 256 always (S <= 256).
-                for k in cutlass.range_constexpr(LOADS_AHEAD):
-                    s = warp + WARPS * (r * LOADS_AHEAD + k)
-                    src = mOPart[cutlass.min(s, last), token, head, None]
-                    cute.autovec_copy(cute.local_tile(src, (4,), (col,)), parts[None, k])
-                for k in cutlass.range_constexpr(LOADS_AHEAD):
-                    w_s = weights[warp + WARPS * (r * LOADS_AHEAD + k)]
-                    for j in cutlass.range_constexpr(4):
-                        acc[j] = acc[j] + w_s * parts[j, k]
-            cute.autovec_copy(acc, cute.local_tile(sums, (4,), (warp * (CHUNK_COLS // 4) + lane,)))
-            cute.arch.barrier()
-
-            # -- 3. the eight warps' sums, one column per thread ----------------------------------
-            if tidx < CHUNK_COLS:
-                o = sums[tidx]
-                for g in cutlass.range_constexpr(1, WARPS):
-                    o = o + sums[g * CHUNK_COLS + tidx]
-                mO[token, head, chunk * CHUNK_COLS + tidx] = o.to(self.out_dtype)
-            if chunk == 0 and tidx == 0:
-                mLSE[head, token] = lse_out
+            self.row_merge.merge(mOPart, mLSEPart, mO, mLSE, token, head, chunk, num_splits, tidx, warp, scratch)
 
 
-__all__ = ["SplitKVCombine", "MAX_SPLITS"]
+__all__ = ["RowMerge", "SplitKVCombine", "MAX_SPLITS", "COL_CHUNKS"]

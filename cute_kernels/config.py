@@ -117,6 +117,11 @@ class Sm90FwdConfig:
         returns at once (tvm-ffi launch path only); "setup" adds smem, mbarrier init, the CTA
         barrier and setmaxnreg, and stops before any role runs (O/lse stay unwritten); "full"
         is the kernel.
+    two_term : bool
+        Layout "decode" at tile_n=64: Q and P as two e4m3 terms each (Q ~ Q_hi + Q_lo with Q_lo =
+        e4m3(Q s - Q_hi) in registers as a second, RS, QGMMA pass into S; P ~ P_hi + P_lo with
+        P_lo = e4m3(P - P_hi) as a second P^T and P.V pass into O^T), the numerics of
+        `fa512.numerics.emulation.accurate_design` on the decode tile (issue 24).
     trace : bool
         Per-warp progress of CTA (0, 0, 0) (barrier init, setmaxnreg, every issue / wait /
         release) in host-mapped memory at the kernel argument ``trace_addr`` and printf from
@@ -127,6 +132,11 @@ class Sm90FwdConfig:
         event) into a device buffer at ``trace_addr`` (`cute_kernels.diagnostics`,
         profiles/kernel_timeline.py); cheap relaxed stores, no printf. Diagnostic only; not
         with ``trace``.
+    fused_combine : bool
+        Split variants only: the split CTAs of a tile merge their partials themselves once all
+        have arrived (`cute_kernels.fused_combine`), so the call needs no combine kernel. The
+        kernel is then launched cooperatively (every CTA resident at once) and takes the output,
+        its lse and a zeroed counter buffer as well as the partials.
 
     Derived (read-only, named as the host side and the docs know them)
     -------------------------------------------------------------------
@@ -156,9 +166,11 @@ class Sm90FwdConfig:
     producer_regs: int = 40
     consumer_regs: int = 232
     pv_promote: bool = False
+    two_term: bool = False
     stage: str = "full"
     trace: bool = False
     timeline: bool = False
+    fused_combine: bool = False
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -249,12 +261,16 @@ class Sm90FwdConfig:
         ]
         if self.pv_promote:
             parts.append("promote")
+        if self.two_term:
+            parts.append("2term")
         if self.stage != "full":
             parts.append(f"stage_{self.stage}")
         if self.trace:
             parts.append("trace")
         if self.timeline:
             parts.append("timeline")
+        if self.fused_combine:
+            parts.append("fused")
         return "-".join(parts)
 
     def as_dict(self) -> dict:
@@ -274,7 +290,8 @@ class Sm90FwdConfig:
         87.1% -> 83.1% of copy bandwidth and left the retrieval probe's error unchanged,
         2026-11-29. With causal or local masks it spills: 2 and 48 STL/LDL at 240.)
         """
-        return replace(self, split=split, pv_promote=self.pv_promote and not split)
+        return replace(self, split=split, pv_promote=self.pv_promote and not split,
+                       fused_combine=self.fused_combine and split)
 
     # -- resources -----------------------------------------------------------------------
     def smem_plan(self) -> dict:
@@ -386,10 +403,15 @@ class Sm90FwdConfig:
             return False, f"pv_promote is built with layouts 'split_d' and 'alternate', got {self.layout!r}"
         if self.pv_promote and self.split:
             return False, "pv_promote is not built with split partials (see with_split)"
+        if self.two_term and (self.mma_path, self.layout, self.tile_n) != ("fp8_mma", "decode", 64):
+            return False, ("two_term is built for fp8_mma's decode layout at tile_n=64 (P^T as the P.V B operand), "
+                           f"got {self.mma_path} / {self.layout} / tile_n {self.tile_n}")
         if self.stage not in STAGES:
             return False, f"stage {self.stage!r} not in {STAGES}"
         if self.trace and self.timeline:
             return False, "trace and timeline share the trace_addr buffer: pick one"
+        if self.fused_combine and not self.split:
+            return False, "fused_combine merges split partials: it needs split=True"
         smem = self.smem_bytes()
         if smem > SMEM_LIMIT:
             return False, f"shared memory {smem} B exceeds {SMEM_LIMIT} B ({self.smem_plan()})"

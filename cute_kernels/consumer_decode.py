@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, const_expr
+from cutlass import Float32, Int32, Uint32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from . import decode_pv
 from .consumer_base import ConsumerArgs, ConsumerBase, mask_and_step
-from .fp8_operands import zero_keys_past
+from .decode_pv import QUERIES
+from .fp8_operands import q_lo_fragment, zero_keys_past
 from .fragments import acc_mn_view
 from .mma_paths import BAR_WG_LOCAL
+
+Q_LO_STAGE = 1024  # byte offset of the two-term Q_lo staging in a warpgroup's bf16 Q half
 
 
 class DecodeConsumer(ConsumerBase):
@@ -41,6 +44,7 @@ class DecodeConsumer(ConsumerBase):
     def __init__(self, cfg, path, epilogue, tracer):
         super().__init__(cfg, path, epilogue, tracer)
         self.pv_transposed = cfg.pv_transposed  # tile_n=64: O^T = V^T P^T
+        self.two_term = cfg.two_term  # Q and P as two e4m3 terms each
 
     @cute.jit
     def consume(self, wg, tidx_wg, args: ConsumerArgs, t):
@@ -59,9 +63,10 @@ class DecodeConsumer(ConsumerBase):
         sVt_w, sV_src_w, sV_dst_w = self.fp8_v_views(args.storage, wg, args.sVt_layout)
         pvt = None  # pv_transposed: O^T = V^T P^T (`decode_pv`), in place of the V^T tile
         if const_expr(self.pv_transposed):
-            if const_expr(decode_pv.SMEM_BYTES > self.q_half_bytes() - self.vt_offset()):
+            if const_expr(decode_pv.smem_bytes(self.two_term) > self.q_half_bytes() - self.vt_offset()):
                 raise ValueError("fa512: decode_pv's P^T buffers do not fit where the V^T tile was")
-            pvt = decode_pv.make_pvt_parts(self.q_half_ptr(args.storage, wg, self.vt_offset()), tidx_wg)
+            pvt = decode_pv.make_pvt_parts(self.q_half_ptr(args.storage, wg, self.vt_offset()), tidx_wg,
+                                           self.two_term)
             acc_O = pvt.acc
         else:
             tOrVt = thr_pv.make_fragment_B(thr_pv.partition_B(sVt_w))
@@ -80,6 +85,18 @@ class DecodeConsumer(ConsumerBase):
         warp_live = self.warp_live(t, tidx_wg)
         acc_O.fill(0.0)
         tOrP = self.p_fragment(thr_pv, s_shape)
+        # two_term: P_lo's fragment; Q_lo's RS QK MMA, its A fragments and their compact
+        # staging (8 x 256 e4m3) at Q_LO_STAGE of this warpgroup's bf16 Q half: Q rows 8..63 of
+        # its first 64-column atom, which no decode tile reads; the S exchange overwrites them
+        # after a warpgroup barrier that follows the fragment loads
+        tOrPlo, q_lo, sQlo_words = None, None, None
+        if const_expr(self.two_term):
+            tOrPlo = self.p_fragment(thr_pv, s_shape)
+            tiled_lo = self.warpgroup_mma(self.tile_n, a_in_regs=True)
+            q_lo = (tiled_lo, cute.make_rmem_tensor(
+                tiled_lo.get_slice(tidx_wg).partition_shape_A((self.tile_m, self.half_d)), self.dtype))
+            sQlo_words = cute.make_tensor(cute.recast_ptr(self.q_half_ptr(args.storage, wg, Q_LO_STAGE), dtype=Uint32),
+                                          cute.make_layout(QUERIES * self.half_d // 4))
         sScales = args.storage.sQscale.get_tensor(cute.make_layout((self.tile_m, 2)))  # e4m3 Q row scales
         q_row_scale = cute.make_rmem_tensor(2, Float32)  # its d half's scales of the thread's two rows
         q_cons = args.pipe_q.make_consumer()
@@ -90,7 +107,13 @@ class DecodeConsumer(ConsumerBase):
         if n_blocks > 0:
             hq = q_cons.wait_and_advance()
             self.tracer.event(warp, "consumer Q ready", Int32(0), Int32(0))
-            self.path.prepare_q(sQ_in_w, sQ_mma_w, sScales[None, wg], tidx_wg, wg)
+            self.path.prepare_q(sQ_in_w, sQ_mma_w, sScales[None, wg], tidx_wg, wg, sQlo_words)
+            if const_expr(self.two_term):  # after prepare_q's warpgroup barrier
+                q_lo_fragment(sQlo_words, q_lo[1], tidx_wg)
+                # the first exchange writes over the staging: every warp's loads come first (the
+                # QK^T that needs all the fragments orders them on the GPU, but not in PTX's
+                # model: racecheck flagged this WAR, H200 2026-12-03)
+                cute.arch.barrier(barrier_id=BAR_WG_LOCAL + wg, number_of_threads=128)
             rows_c = acc_mn_view(tScS)
             for r in cutlass.range_constexpr(2):
                 row = rows_c[r, 0][0]
@@ -102,15 +125,17 @@ class DecodeConsumer(ConsumerBase):
             self.tracer.event(warp, "consumer K ready: block, stage", n, hk.index)
             k_idx = self.path.prepare_k(hk, None, None, tidx_wg, wg, None)
             acc_S = cute.make_rmem_tensor(s_shape, Float32)
-            self.qk(args.tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx)
+            self.qk(args.tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_lo=q_lo)
             warpgroup.wait_group(0)
             self.path.finish_k(hk)
             self.tracer.event(warp, "consumer K released: block, stage", n, hk.index)
             self.exchange(acc_S, x_mine, x_other, wg, True, n_blocks == 1, warp_live, q_row_scale, sX, lane)
             self.tracer.event(warp, "consumer S exchanged: block", n, Int32(0))
             mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, True)
-            self.p_to_a(acc_S, tOrP, softmax, warp_live)
+            self.p_to_a(acc_S, tOrP, softmax, warp_live, tOrPlo)
             if const_expr(self.pv_transposed):
+                if const_expr(self.two_term):
+                    decode_pv.publish_p_lo(pvt, tOrPlo, n % 2, tidx_wg, warp_live)
                 decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
             self.tracer.event(warp, "consumer P published: block", n, Int32(0))
             # ---- steady state: QK(n) overlaps PV(n+1) ----
@@ -120,7 +145,7 @@ class DecodeConsumer(ConsumerBase):
                 self.tracer.event(warp, "consumer K ready: block, stage", n, hk.index)
                 k_idx = self.path.prepare_k(hk, None, None, tidx_wg, wg, None)
                 acc_S = cute.make_rmem_tensor(s_shape, Float32)
-                self.qk(args.tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx)
+                self.qk(args.tiled_mma_qk, acc_S, tSrQ, tSrK, k_idx, q_lo=q_lo)
                 if const_expr(not self.pv_transposed):
                     softmax.rescale(acc_O, row_scale)
                 hv = v_cons.wait_and_advance()
@@ -128,7 +153,7 @@ class DecodeConsumer(ConsumerBase):
                 if const_expr(self.pv_transposed):
                     self._load_vt(pvt, hv, sV_src_w, tidx_wg, wg, mask.seqlen_k - (n + 1) * self.tile_n)
                     decode_pv.scale_columns(pvt, (n + 1) % 2, tidx_wg)  # published with P(n+1)
-                    decode_pv.issue_pv(pvt, (n + 1) % 2)
+                    decode_pv.issue_pv(pvt, (n + 1) % 2, self.two_term)
                 else:
                     v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg,
                                                 mask.seqlen_k - (n + 1) * self.tile_n)
@@ -142,8 +167,10 @@ class DecodeConsumer(ConsumerBase):
                 mask_and_step(acc_S, tScS, mask, n, softmax, row_scale, warp_live, False)
                 warpgroup.wait_group(0)
                 self.tracer.event(warp, "consumer V released: block, stage", n + 1, hv.index)
-                self.p_to_a(acc_S, tOrP, softmax, warp_live)
+                self.p_to_a(acc_S, tOrP, softmax, warp_live, tOrPlo)
                 if const_expr(self.pv_transposed):
+                    if const_expr(self.two_term):
+                        decode_pv.publish_p_lo(pvt, tOrPlo, n % 2, tidx_wg, warp_live)
                     decode_pv.publish_p(pvt, tOrP, row_scale, n % 2, tidx_wg, warp_live)
                 self.tracer.event(warp, "consumer P published: block", n, Int32(0))
             # ---- last PV ----
@@ -154,7 +181,7 @@ class DecodeConsumer(ConsumerBase):
             if const_expr(self.pv_transposed):
                 self._load_vt(pvt, hv, sV_src_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
                 decode_pv.scale_columns(pvt, n_min % 2, tidx_wg)
-                decode_pv.issue_pv(pvt, n_min % 2)
+                decode_pv.issue_pv(pvt, n_min % 2, self.two_term)
             else:
                 v_idx = self.path.prepare_v(hv, sV_src_w, sV_dst_w, tidx_wg, wg, mask.seqlen_k - n_min * self.tile_n)
                 self.pv(args.tiled_mma_pv, acc_O, tOrP, tOrVt, v_idx)

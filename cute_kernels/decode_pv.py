@@ -38,7 +38,7 @@ from typing import NamedTuple
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass import Float8E4M3FN, Float32, Int32, Uint32
+from cutlass import Float8E4M3FN, Float32, Int32, Uint32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
 from .dsl_utils import byte_perm_var, ldmatrix_x4_trans
@@ -52,6 +52,12 @@ PT_BYTES = QUERIES * 64  # one P^T buffer (8 rows x 64 keys e4m3)
 PT_BUFFERS = 2  # by block parity: written one block ahead of the MMA that reads it
 SLOT_O_SCALE = 2  # scale slots 0, 1: rescale factors per buffer; 2: the final 1 / row sum
 SMEM_BYTES = PT_BUFFERS * PT_BYTES + 3 * QUERIES * 4
+
+
+def smem_bytes(two_term: bool = False) -> int:
+    """This warpgroup's P^T buffers and scale slots; ``two_term`` (`Sm90FwdConfig.two_term`):
+    P_lo^T buffers as well, at buffer index PT_BUFFERS + parity."""
+    return (2 if two_term else 1) * PT_BUFFERS * PT_BYTES + 3 * QUERIES * 4
 
 
 # -- the plan (Python or DSL ints) -----------------------------------------------------------
@@ -120,19 +126,20 @@ class PvtParts(NamedTuple):
     slots: object  # (8 queries, 3) fp32: rescale factors per buffer, the final scale
 
 
-def make_pvt_parts(base_u8, tidx_wg) -> PvtParts:
+def make_pvt_parts(base_u8, tidx_wg, two_term: bool = False) -> PvtParts:
     """The transposed P.V's MMA, fragments and smem views; ``base_u8``: byte pointer to this
-    warpgroup's SMEM_BYTES (512-aligned)."""
+    warpgroup's `smem_bytes` (512-aligned); ``two_term``: P_lo^T buffers after P^T's."""
+    buffers = (2 if two_term else 1) * PT_BUFFERS
     tiled = sm90_utils.make_trivial_tiled_mma(
         Float8E4M3FN, Float8E4M3FN, cute.nvgpu.OperandMajorMode.K, cute.nvgpu.OperandMajorMode.K, Float32,
         atom_layout_mnk=(1, 1, 1), tiler_mn=(64, QUERIES), a_source=warpgroup.OperandSource.RMEM,
     )
     thr = tiled.get_slice(tidx_wg)
     atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW64, Float8E4M3FN)
-    pt_layout = cute.tile_to_shape(atom, (QUERIES, 64, PT_BUFFERS), order=(0, 1, 2))
+    pt_layout = cute.tile_to_shape(atom, (QUERIES, 64, buffers), order=(0, 1, 2))
     sPt = cute.make_tensor(cute.recast_ptr(base_u8, pt_layout.inner, dtype=Float8E4M3FN), pt_layout.outer)
-    pt_words = cute.make_tensor(cute.recast_ptr(base_u8, dtype=Uint32), cute.make_layout(PT_BUFFERS * PT_BYTES // 4))
-    slots = cute.make_tensor(cute.recast_ptr(base_u8 + PT_BUFFERS * PT_BYTES, dtype=Float32),
+    pt_words = cute.make_tensor(cute.recast_ptr(base_u8, dtype=Uint32), cute.make_layout(buffers * PT_BYTES // 4))
+    slots = cute.make_tensor(cute.recast_ptr(base_u8 + buffers * PT_BYTES, dtype=Float32),
                              cute.make_layout((QUERIES, 3), stride=(1, QUERIES)))
     acc = thr.make_fragment_C(thr.partition_shape_C((64 * M_TILES, QUERIES)))
     vt = cute.make_rmem_tensor(thr.partition_shape_A((64 * M_TILES, 64)), Float8E4M3FN)
@@ -155,6 +162,17 @@ def publish_p(parts: PvtParts, tOrP: cute.Tensor, row_scale: cute.Tensor, buf, t
         if lane % 4 == 0:
             parts.slots[lane // 4, buf] = row_scale[0]
         cute.arch.fence_view_async_shared()
+
+
+@cute.jit
+def publish_p_lo(parts: PvtParts, tOrPlo: cute.Tensor, buf, tidx_wg: Int32, warp_live):
+    """Warp 0: P_lo^T of this block (two-term P) into buffer PT_BUFFERS + ``buf``, as
+    `publish_p` writes P^T (whose fence covers both, so call this first)."""
+    if warp_live and tidx_wg < 32:
+        lane = tidx_wg % 32
+        words = cute.recast_tensor(tOrPlo, Uint32)
+        for w in cutlass.range_constexpr(0, 8, 2):
+            parts.pt_words[pt_word_index(lane, w, buf + PT_BUFFERS)] = words[w]
 
 
 @cute.jit
@@ -186,10 +204,13 @@ def scale_columns(parts: PvtParts, slot, tidx_wg: Int32):
 
 
 @cute.jit
-def issue_pv(parts: PvtParts, buf):
-    """O^T += V^T P^T[buf] for one block (committed; the caller waits)."""
+def issue_pv(parts: PvtParts, buf, two_term: cutlass.Constexpr[bool] = False):
+    """O^T += V^T P^T[buf] for one block, then (two-term P) O^T += V^T P_lo^T[buf] into the
+    same accumulator (committed; the caller waits)."""
     warpgroup.fence()
     wgmma(parts.tiled, parts.acc, parts.vt, parts.pt[None, None, None, buf], zero_init=False)
+    if const_expr(two_term):
+        wgmma(parts.tiled, parts.acc, parts.vt, parts.pt[None, None, None, buf + PT_BUFFERS], zero_init=False)
     warpgroup.commit_group()
 
 
@@ -221,6 +242,7 @@ def store_o(parts: PvtParts, gO: cute.Tensor, out_dtype: cutlass.Constexpr, tidx
 
 __all__ = [
     "QUERIES", "SMEM_BYTES", "SLOT_O_SCALE", "PvtParts", "make_pvt_parts", "publish_p", "load_vt", "scale_columns",
-    "issue_pv", "publish_o_scale", "store_o", "acc_index", "pvt_source_row", "pvt_d_of_row", "pvt_lane_offset",
+    "issue_pv", "publish_o_scale", "publish_p_lo", "smem_bytes", "store_o", "acc_index", "pvt_source_row",
+    "pvt_d_of_row", "pvt_lane_offset",
     "pvt_iteration_offset", "pt_word_index", "pvt_tail_chunk",
 ]

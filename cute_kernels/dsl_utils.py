@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import cutlass
-from cutlass import Float32, Int32, Uint32
+from cutlass import Float32, Int32, Int64, Uint32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
@@ -97,6 +97,15 @@ def bits_f32(bits, *, loc=None, ip=None) -> Float32:
     return Float32(llvm.bitcast(T.f32(), Int32(bits).ir_value(loc=loc, ip=ip), loc=loc, ip=ip))
 
 
+@dsl_user_op
+def ld_acquire_gpu_s32(addr, *, loc=None, ip=None) -> Int32:
+    """``ld.acquire.gpu.global.s32`` at a global address (an Int64): a load that later loads of
+    this thread cannot pass, and that sees every write released (gpu scope) before the value it
+    reads. The poll of a cross-CTA counter (`cute_kernels.fused_combine`)."""
+    return Int32(_asm(T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)], "ld.acquire.gpu.global.s32 $0, [$1];",
+                      "=r,l", True, loc, ip))
+
+
 def sw128_unit(row, unit, rows: int):
     """Index of the 16-byte unit (``row``, column unit ``unit``) in a K-major tile of ``rows``
     rows with CuTe's 128 B swizzle: 8-row x 128 B atoms stacked along rows, then along columns;
@@ -105,4 +114,4 @@ def sw128_unit(row, unit, rows: int):
     return (unit // 8) * rows * 8 + row * 8 + ((unit % 8) ^ (row % 8))
 
 
-__all__ = ["Carried", "byte_perm_var", "ldmatrix_x4_trans", "stmatrix_x4", "f32_bits", "bits_f32", "sw128_unit"]
+__all__ = ["Carried", "byte_perm_var", "ld_acquire_gpu_s32", "ldmatrix_x4_trans", "stmatrix_x4", "f32_bits", "bits_f32", "sw128_unit"]

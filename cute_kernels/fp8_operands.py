@@ -89,7 +89,7 @@ def _scale_exponent(amax: Float32) -> Int32:
 
 @cute.jit
 def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32,
-                    k_step_rows: cutlass.Constexpr[bool] = False):
+                    k_step_rows: cutlass.Constexpr[bool] = False, sQlo_words=None):
     """sQ8 (64, 256) e4m3 <- sQ_in (64, 256) bf16/f16 / scale[row]; sScale (64,) fp32 <- scale.
 
     Thread t handles the 16 columns of chunk t % 16 in rows t // 16 + 8 i; the 16 threads of a
@@ -97,12 +97,15 @@ def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, t
     (amax, then scale and convert) keep 16 values live per thread instead of 128.
 
     ``k_step_rows`` (`Sm90FwdConfig.qk_rows`): row 8 i + r becomes row r restricted to the
-    32 columns of k-step i (zeros elsewhere), scaled by that chunk's own amax.
+    32 columns of k-step i (zeros elsewhere), scaled by that chunk's own amax. With
+    ``sQlo_words`` (`Sm90FwdConfig.two_term`, k_step_rows only) the residual Q_lo =
+    e4m3(Q s - Q_hi) of the 8 query rows goes there as well, compact (row r, 256 bytes), for
+    `q_lo_fragment`.
     """
     rows = cute.size(sQ_in, mode=[0])
     chunk = tidx_wg % 16
     if const_expr(k_step_rows):
-        _quantize_q_k_steps(sQ_in, sQ8, sScale, tidx_wg, rows)
+        _quantize_q_k_steps(sQ_in, sQ8, sScale, tidx_wg, rows, sQlo_words)
     else:
         for i in cutlass.range_constexpr(rows // 8):
             row = tidx_wg // 16 + 8 * i
@@ -139,7 +142,7 @@ def _scaled_e4m3(vals, k: Int32, r_out: cute.Tensor):
 
 @cute.jit
 def _quantize_q_k_steps(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32,
-                        rows: cutlass.Constexpr[int]):
+                        rows: cutlass.Constexpr[int], sQlo_words=None):
     """`quantize_q_half` with ``k_step_rows``. Thread t holds chunk c = t % 16 of query row
     r = t // 16, one half of k-step c // 2: one load, the k-step's amax over the lane pair
     (chunks 2i and 2i + 1 are neighbouring lanes), then row 8 (c // 2) + r of sQ8 gets the
@@ -167,6 +170,41 @@ def _quantize_q_k_steps(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tenso
             cute.autovec_copy(r_zero, dst)
     if chunk % 2 == 0:
         sScale[src_row + 8 * step] = bits_f32((127 + k) << 23)
+    if const_expr(sQlo_words is not None):  # Q_lo = e4m3(Q s - Q_hi): Q s is exact, one rounding
+        r_lo = cute.make_rmem_tensor((1, 16), Float8E4M3FN)
+        r_lo.store((vals * bits_f32((127 - k) << 23) - r_q.load().to(Float32)).to(Float8E4M3FN))
+        lo_words = cute.make_tensor(cute.recast_ptr(r_lo.iterator, dtype=Uint32), cute.make_layout(4))
+        for i in cutlass.range_constexpr(4):  # row src_row, bytes 16 chunk ..
+            sQlo_words[64 * src_row + 4 * chunk + i] = lo_words[i]
+
+
+def q_lo_source_word(lane, warp, h: int, kh: int):
+    """Word of the compact Q_lo (8 rows x 64 words) that row half ``h``, k half ``kh`` of
+    ``lane``'s A fragment holds at its k-step 2 ``warp`` + ``h``: query lane // 4, columns
+    32 (2 warp + h) + 16 kh + 4 (lane % 4) .. + 3 (Python or DSL ints; the other k-steps'
+    words of that row half are zeros, `q_lo_fragment`)."""
+    return 64 * (lane // 4) + 16 * warp + 8 * h + 4 * kh + lane % 4
+
+
+@cute.jit
+def q_lo_fragment(sQlo_words: cute.Tensor, frag: cute.Tensor, tidx_wg: Int32):
+    """The RS QGMMA A fragments of Q_lo in the k-step-rows tile (`Sm90FwdConfig.two_term`) from
+    the compact (8 rows x 256 bytes) Q_lo of `quantize_q_half`: lane l of warp w holds rows
+    16 w + l // 4 (words 0, 2 of a k-step) and 16 w + 8 + l // 4 (words 1, 3), which in the
+    k-step-rows tile are query l // 4 at k-steps 2 w and 2 w + 1 and zeros at every other
+    k-step (`p_word_index`'s word order). Four loads; the other 28 words are zeros."""
+    lane = tidx_wg % 32
+    warp = tidx_wg // 32
+    mine = [sQlo_words[q_lo_source_word(lane, warp, h, kh)] for h, kh in ((0, 0), (0, 1), (1, 0), (1, 1))]
+    words = cute.recast_tensor(frag, Uint32)
+    words.fill(0)
+    for j in cutlass.range_constexpr(cute.size(words) // 4):
+        if warp * 2 == j:  # row half 0 at k-step 2 w: k halves 0 and 1
+            words[4 * j] = mine[0]
+            words[4 * j + 2] = mine[1]
+        if warp * 2 + 1 == j:  # row half 1 at k-step 2 w + 1
+            words[4 * j + 1] = mine[2]
+            words[4 * j + 3] = mine[3]
 
 
 @cute.jit
@@ -182,6 +220,19 @@ def p_to_fp8_a(acc_P: cute.Tensor, tOrP: cute.Tensor):
     src = cute.make_tensor(acc_P.iterator, perm)
     dst = cute.make_tensor(tOrP.iterator, cute.make_layout((2, 2, 2, 2, n // 16)))
     dst.store(src.load().to(Float8E4M3FN))
+
+
+@cute.jit
+def p_to_fp8_a_two_term(acc_P: cute.Tensor, tOrP: cute.Tensor, tOrPlo: cute.Tensor):
+    """`p_to_fp8_a` into ``tOrP`` (P_hi) and the residual P_lo = e4m3(P - P_hi) into ``tOrPlo``,
+    in the same register order (`Sm90FwdConfig.two_term`)."""
+    n = cute.size(acc_P)
+    perm = cute.make_layout((2, 2, 2, 2, n // 16), stride=(1, 4, 2, 8, 16))
+    p = cute.make_tensor(acc_P.iterator, perm).load()
+    frag = cute.make_layout((2, 2, 2, 2, n // 16))
+    hi = p.to(Float8E4M3FN)
+    cute.make_tensor(tOrP.iterator, frag).store(hi)
+    cute.make_tensor(tOrPlo.iterator, frag).store((p - hi.to(Float32)).to(Float8E4M3FN))
 
 
 # The alternating layout hands P to the other warpgroup as the A operand of an SS wgmma: a
@@ -477,6 +528,9 @@ def _transpose_ldsm(sV_chunks: cute.Tensor, stage, sVt_words: cute.Tensor, vt_ba
 
 
 __all__ = [
+    "p_to_fp8_a_two_term",
+    "q_lo_fragment",
+    "q_lo_source_word",
     "E4M3_MAX",
     "P_KEY_ORDER",
     "P_REGISTER_PERM",

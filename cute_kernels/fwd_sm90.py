@@ -30,6 +30,7 @@ from .consumer_split_d import SplitDConsumer
 from .converter import DequantConverter
 from .diagnostics import Tracer
 from .epilogue import Epilogue
+from .fused_combine import BAR_MERGE, MERGE_THREADS, FusedCombine
 from .mma_paths import BAR_Q_READY, BAR_WG_LOCAL, CVT_THREADS, make_mma_path
 from .paged_kv import kv_tma_view, vt_scratch_tma_view
 from .producer import TmaProducer
@@ -126,8 +127,10 @@ class FlashFwdSm90:
         pipeline_checks.check_named_barriers(
             {"S_READY": BAR_S_READY, "X_FREE0": BAR_X_FREE, "X_FREE1": BAR_X_FREE + 1,
              "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1, "Q_READY": BAR_Q_READY,
-             "P_FULL0": BAR_P_FULL, "P_FULL1": BAR_P_FULL + 1, "P_FREE0": BAR_P_FREE, "P_FREE1": BAR_P_FREE + 1},
-            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "P_FULL": 256, "P_FREE": 256},
+             "P_FULL0": BAR_P_FULL, "P_FULL1": BAR_P_FULL + 1, "P_FREE0": BAR_P_FREE, "P_FREE1": BAR_P_FREE + 1,
+             "MERGE": BAR_MERGE},
+            {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "P_FULL": 256, "P_FREE": 256,
+             "MERGE": MERGE_THREADS},
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         # the roles
@@ -136,6 +139,7 @@ class FlashFwdSm90:
         self.producer = TmaProducer(config, self.tracer)
         self.converter = DequantConverter(config, self.path) if self.cvt_warps else None
         self.consumer = _CONSUMERS[config.layout](config, self.path, Epilogue(config), self.tracer)
+        self.fused = FusedCombine(self.tile_m, self.group, self.q_dtype) if config.fused_combine else None
 
     # ------------------------------------------------------------------------------------
     # host side
@@ -219,6 +223,9 @@ class FlashFwdSm90:
         max_seqlen_q: Int32,
         num_splits: Int32,
         trace_addr: Int64,  # cfg.trace: host-mapped int32[TRACE_BUFFER_WORDS]; cfg.timeline: device int32[TIMELINE_WORDS]; else 0
+        mOut: Optional[cute.Tensor],  # fused_combine: (total_q, Hq, 512) q dtype, the merged output
+        mLSEOut: Optional[cute.Tensor],  # fused_combine: (Hq, total_q) fp32
+        mCounters: Optional[cute.Tensor],  # fused_combine: zeroed int32 (>= 2 x tiles,): arrivals, departures
         stream: cuda.CUstream,
     ):
         if const_expr(mK.element_type == cutlass.Uint8):  # e4m3 K/V passed as uint8 views
@@ -308,13 +315,18 @@ class FlashFwdSm90:
         grid = self.scheduler.grid(max_seqlen_q, mQ.shape[1] // self.group, num_splits, mCuSeqlensQ.shape[0] - 1)
         scale_log2 = softmax_scale * Float32(LOG2_E)
 
+        # fused_combine: the raw partials for the merge (the combine kernel's indexing)
+        mOPart, mLSEPart = (mO, mLSE) if const_expr(self.cfg.fused_combine) else (None, None)
+
         self.kernel(
             tma_atom_q, tma_q, tma_atom_k, tma_k, tma_atom_v, tma_v,
             mO_rows, mLSE_rows, mCuSeqlensQ, mCuSeqlensK, mSeqUsedK, mPageTable,
             mQDescale, mKDescale, mVDescale,
             scale_log2, window_left, window_right, num_splits, mQ.shape[1] // mK.shape[-2], trace_addr,
+            mOPart, mLSEPart, mOut, mLSEOut, mCounters,
             sQ_layout, sQ_in_layout, sKV_layout, sStage_layout, sVt_layout, tiled_mma_qk, tiled_mma_pv,
-        ).launch(grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1)
+        ).launch(grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1,
+                 cooperative=self.cfg.fused_combine)
 
     # ------------------------------------------------------------------------------------
     # device side
@@ -343,6 +355,11 @@ class FlashFwdSm90:
         num_splits: Int32,
         qheads_per_kvhead: Int32,
         trace_addr: Int64,
+        mOPart: Optional[cute.Tensor],
+        mLSEPart: Optional[cute.Tensor],
+        mOut: Optional[cute.Tensor],
+        mLSEOut: Optional[cute.Tensor],
+        mCounters: Optional[cute.Tensor],
         sQ_layout: cute.ComposedLayout,
         sQ_in_layout: cute.ComposedLayout,
         sKV_layout: cute.ComposedLayout,
@@ -473,6 +490,9 @@ class FlashFwdSm90:
                         tiled_mma_qk, tiled_mma_pv, mO_rows, mLSE_rows, mQDescale, mKDescale, mVDescale, scale_log2,
                     )
                     self.consumer.consume(wg_idx - 1, tidx % 128, args, t)
+                    if const_expr(self.cfg.fused_combine):  # the K ring is dead: the merge's scratch
+                        self.fused.run(cute.recast_ptr(storage.sK.data_ptr(), dtype=Float32), t, mOPart, mLSEPart,
+                                       mOut, mLSEOut, mCounters, num_splits, tidx - 128, warp_idx - 4)
                 self.tracer.event(warp_idx, "consumer done", Int32(0), Int32(0))
         self.tracer.exit()
 

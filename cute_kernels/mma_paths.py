@@ -217,11 +217,13 @@ class Fp8MmaPath:
         return tile_n * head_dim
 
     @cute.jit
-    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32):
+    def prepare_q(self, sQ_in_w: cute.Tensor, sQ_mma_w: cute.Tensor, sScale_w, tidx_wg: Int32, wg: Int32,
+                  sQlo_words=None):
         """Quantise this warpgroup's Q half to e4m3 (row scales to sScale_w) and make it visible
         to the wgmma (async proxy) and its scales to the threads that read them: this
-        warpgroup's, or both warpgroups' when each computes QK^T over all of d (``shared_q``)."""
-        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, self.qk_rows)
+        warpgroup's, or both warpgroups' when each computes QK^T over all of d (``shared_q``).
+        ``sQlo_words``: the decode tile's compact Q_lo as well (`Sm90FwdConfig.two_term`)."""
+        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, self.qk_rows, sQlo_words)
         cute.arch.fence_view_async_shared()
         if const_expr(self.shared_q):
             cute.arch.barrier(barrier_id=BAR_Q_READY, number_of_threads=256)

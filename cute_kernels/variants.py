@@ -36,6 +36,7 @@ def default_config(
     fp8_mma: bool = False,
     max_seqlen_k: int = 0,
     max_seqlen_q: int = 0,
+    accurate: bool = False,
 ) -> Sm90FwdConfig:
     """The variant the dispatch table should use for a problem of this kind.
 
@@ -50,6 +51,10 @@ def default_config(
     take tile_n=32 with two stages. fp8 KV uses the dequant control (mma16) or, with
     ``fp8_mma``, FP8 wgmma: tile_n=64 with two K/V stages (page sizes that are a multiple of
     32 only: tile_n=32 with four).
+
+    ``accurate`` (``precision="accurate"``, `fa512.planning.precision`): fp8_mma's decode tiles at
+    tile_n=64 take two e4m3 terms of Q and of P (`Sm90FwdConfig.two_term`); no other fp8_mma
+    variant has the mode, and the backend refuses an accurate call that plans one of them.
     """
     mma_path = kv_dtype
     if kv_dtype == "fp8_e4m3":
@@ -64,8 +69,12 @@ def default_config(
         # local variants keep 40 / 232 and the direct accumulation.
         if 0 < max_seqlen_q * pack <= QK_ROWS_MAX_QUERY_ROWS:
             # Decode tiles: the spare M rows take the QK accumulation, at any context length;
-            # with the promoted P.V as well it spilled (2 STL/LDL).
-            regs = dict(layout="decode")
+            # with the promoted P.V as well it spilled (2 STL/LDL). The accurate mode's two e4m3
+            # terms of Q and P (`Sm90FwdConfig.two_term`) are built at tile_n=64: H200
+            # 2026-12-03, same run, fast vs two-term: decode B=1 x 8k 17.6 vs 19.5 us, B=64 x 8k
+            # 106% vs 87% of copy bandwidth (docs/sm90_kernel.md), so only precision="accurate"
+            # takes them.
+            regs = dict(layout="decode", two_term=accurate and tile_n == 64)
         elif mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
             if tile_n == 64 and max_seqlen_q * pack > TILE_M:
@@ -135,13 +144,15 @@ def variant_list(full: bool = True) -> list:
                                           (PV_PROMOTE_MIN_KEYS, TILE_M)):
                         if queries == 1 and mask == "causal":
                             continue  # one query sees every key: the dispatch masks it as "none"
-                        cfg = default_config(
-                            kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
-                            split=split, descale=(True, True, True), fp8_mma=fp8_mma,
-                            max_seqlen_k=keys, max_seqlen_q=queries,
-                        )
-                        if cfg not in out:
-                            out.append(cfg)
+                        # and fp8_mma's accurate mode, where it differs (the decode tiles)
+                        for accurate in (False, True) if fp8_mma else (False,):
+                            cfg = default_config(
+                                kv_dtype="fp8_e4m3", q_dtype=q_dtype, mask=mask, paged=True, page_size=64, group=8,
+                                split=split, descale=(True, True, True), fp8_mma=fp8_mma,
+                                max_seqlen_k=keys, max_seqlen_q=queries, accurate=accurate,
+                            )
+                            if cfg not in out:
+                                out.append(cfg)
     bf16 = dict(kv_dtype="bf16", q_dtype="bf16", mask="causal", group=8)
     fp8 = dict(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", group=8, fp8_mma=True,
                max_seqlen_k=PV_PROMOTE_MIN_KEYS)
@@ -167,9 +178,16 @@ def variant_list(full: bool = True) -> list:
             default_config(**fp8_page64, max_seqlen_k=PV_PROMOTE_MIN_KEYS, split=True),
             default_config(**fp8_page64, max_seqlen_q=TILE_M),
             default_config(**{**fp8_page64, "mask": "none"}, max_seqlen_q=1),
+            default_config(**{**fp8_page64, "mask": "none"}, max_seqlen_q=1, accurate=True),
             extras[-1],
         ]
-    return out + extras
+    # the fused combine (`Sm90FwdConfig.fused_combine`): a twin of every split variant but the
+    # local-window and the alternating ones: small-batch decode and MTP (no windows on
+    # Gemma-4's d512 layers, and a few query rows per sequence), of fp8_mma only (the dequant
+    # control lost its A/B: `Mma16Backend.fuses_combine`)
+    fused = [cfg.with_(fused_combine=True) for cfg in out + extras
+             if cfg.mma_path == "fp8_mma" and cfg.split and cfg.mask != "local" and cfg.layout != "alternate"]
+    return out + extras + fused
 
 
 __all__ = ["default_config", "variant_list", "PV_PROMOTE_MIN_KEYS", "QK_ROWS_MAX_QUERY_ROWS"]

@@ -365,7 +365,10 @@ def prepare(q, k, v, kw, num_splits, config_changes=None, kernel: str = "mma16")
     config = backend.make_config(problem, target)
     if config_changes:
         config = config.with_(**config_changes)
-    plan = SimpleNamespace(problem=problem, config=config, num_splits=num_splits)
+    # combine (`Plan.combine`, which launch_state and precompile read): the combine kernel for
+    # splits, as before the fused combine, unless config_changes ask for fused_combine
+    combine = "none" if num_splits <= 1 else "fused" if config.fused_combine else "kernel"
+    plan = SimpleNamespace(problem=problem, config=config, num_splits=num_splits, combine=combine)
     out = torch.empty_like(q)
     return backend, plan, args, out
 
@@ -487,13 +490,15 @@ def step(name: str) -> None:
     print(f"@@STEP {name}", flush=True)
 
 
-def precompile(cfg, splits: int) -> None:
-    """Load or compile the kernels a launch will use, so the kernel watchdog times the GPU only."""
+def precompile(plan) -> None:
+    """Load or compile the kernels a launch of ``plan`` will use, so the kernel watchdog times
+    the GPU only."""
     from fa512.backends import compile_cache
+    from fa512.backends.cute import kernel_specs
 
-    compile_cache.get_kernel(compile_cache.KernelSpec("fwd", cfg.with_split(splits > 1)))
-    if splits > 1:
-        compile_cache.get_kernel(compile_cache.KernelSpec("combine", cfg.q_dtype))
+    for spec in kernel_specs(plan.config, plan.num_splits, fused=plan.combine == "fused"):
+        if spec is not None:
+            compile_cache.get_kernel(spec)
 
 
 def trace_buffer():
@@ -547,6 +552,8 @@ def wait_kernel(what: str, trace=None) -> None:
 def run_case(case: dict) -> dict:
     import torch
 
+    from fa512.backends.cute import forward_config
+
     kind = case["kind"]
     if kind in ("check", "diag"):
         step("build")
@@ -563,12 +570,12 @@ def run_case(case: dict) -> dict:
         kernel = case.get("kernel", "mma16")
         backend, plan, args, out = prepare(q, k, v, kw, splits, changes or None, kernel)
         splits = plan.num_splits
-        step(f"compile {plan.config.with_split(splits > 1).key()}")
-        precompile(plan.config, splits)
+        step(f"compile {forward_config(plan.config, splits, plan.combine).key()}")
+        precompile(plan)
         step("launch")
         lse = backend.launch(plan, args, out, trace_addr=trace_addr)
         wait_kernel(case["name"], trace)
-        res = dict(ok=True, variant=plan.config.with_split(splits > 1).key())
+        res = dict(ok=True, variant=forward_config(plan.config, splits, plan.combine).key())
         if kind == "check" or case["stage"] == "full":
             step("check")
             if kernel == "fp8_mma":
@@ -582,7 +589,7 @@ def run_case(case: dict) -> dict:
         q, k, v, kw = build(case)
         backend, plan, args, out = prepare(q, k, v, kw, 8, None, kernel)
         step("compile")
-        precompile(plan.config, 8)
+        precompile(plan)
         step("launch")
         backend.launch(plan, args, out)
         wait_kernel("graph warm-up")
@@ -609,7 +616,7 @@ def run_case(case: dict) -> dict:
         backend, plan, args, out = prepare(q, k, v, kw, splits, case.get("config"), case.get("kernel", "mma16"))
         splits = plan.num_splits
         step("compile")
-        precompile(plan.config, splits)
+        precompile(plan)
         backend.launch(plan, args, out)
         wait_kernel(case["name"])
         # The ceiling this case is reported against, timed the same way right before and right
@@ -624,13 +631,13 @@ def run_case(case: dict) -> dict:
         flops = attention_flops(case["q_lens"], case["k_lens"], q.shape[1], case.get("causal", False))
         kv_bytes = sum(case["k_lens"]) * k.shape[-2] * 512 * k.element_size() * 2  # fp8: 1-byte elements
         return dict(ok=True, seconds=t, tflops=flops / t / 1e12, kv_gbps=kv_bytes / t / 1e9, splits=splits,
-                    variant=plan.config.with_split(splits > 1).key(),
+                    variant=forward_config(plan.config, splits, plan.combine).key(),
                     adjacent={"kind": kind_ceiling, "value": (before[key] + after[key]) / 2,
                               "before": before[key], "after": after[key]})
     if kind == "overhead":
         q, k, v, kw = build(dict(q_lens=[1], k_lens=[64], hq=8, hkv=1))
         backend, plan, args, out = prepare(q, k, v, kw, 1)
-        precompile(plan.config, 1)
+        precompile(plan)
         backend.launch(plan, args, out)
         wait_kernel("overhead warm-up")
         n = 500

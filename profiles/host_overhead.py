@@ -285,9 +285,10 @@ def breakdown(case: str, device: str, calls: int = 32, floor: bool = False, roun
     lse = torch.empty(state.lse_shape, dtype=torch.float32, device=q.device) if state else None
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda i: 0)
     ffi_args = None
-    if state and state.combine is None and state.prepass is None:
+    if state and state.combine is None and state.prepass is None and not state.fused:
         ffi_args = (q, kk, vv, out, lse, fargs.cu_seqlens_q, fargs.cu_seqlens_k, fargs.seqused_k, fargs.page_table,
-                    fargs.q_descale, fargs.k_descale, fargs.v_descale, *state.scalars, raw_stream(q.device.index or 0))
+                    fargs.q_descale, fargs.k_descale, fargs.v_descale, *state.scalars, None, None, None,
+                    raw_stream(q.device.index or 0))
     launch_only = None  # the same variant cut after its launch (`Sm90FwdConfig.stage`): host cost of the call itself
     if ffi_args is not None and device == "cuda":
         from fa512.backends import compile_cache

@@ -57,7 +57,7 @@ def timed_calls(names: list) -> dict:
         kw.pop("case", None)
         backend, plan, args, out = smoke.prepare(q, k, v, kw, case.get("splits", 1), case.get("config"),
                                                  case.get("kernel", "mma16"))
-        smoke.precompile(plan.config, plan.num_splits)
+        smoke.precompile(plan)
         flops = smoke.attention_flops(case["q_lens"], case["k_lens"], q.shape[1], case.get("causal", False))
         calls[name] = ((lambda backend=backend, plan=plan, args=args, out=out: backend.launch(plan, args, out)), flops)
     return calls

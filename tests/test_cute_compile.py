@@ -19,6 +19,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -59,13 +60,18 @@ def _dispatch_inputs(cfg):
     for keys, queries in ((0, 0), (PV_PROMOTE_MIN_KEYS, 0), (0, 1), (0, TILE_M), (PV_PROMOTE_MIN_KEYS, TILE_M)):
         yield dict(kv_dtype=cfg.kv_dtype, q_dtype=cfg.q_dtype, mask=cfg.mask, paged=cfg.is_paged,
                    page_size=cfg.page_size, group=cfg.qhead_per_kvhead, split=cfg.split, descale=cfg.descale,
-                   fp8_mma=fp8 and cfg.mma_path == "fp8_mma", max_seqlen_k=keys, max_seqlen_q=queries)
+                   fp8_mma=fp8 and cfg.mma_path == "fp8_mma", max_seqlen_k=keys, max_seqlen_q=queries,
+                   accurate=cfg.two_term)
 
 
 def test_variant_list_holds_dispatch_rows_only():
-    """Nothing is compiled that the dispatch cannot pick: every variant is a `default_config` row."""
+    """Nothing is compiled that the dispatch cannot pick: every variant is a `default_config` row,
+    or the fused-combine twin of a split row the dispatch fuses (`Mma16Backend.fuses_combine`)."""
     for cfg in variant_list():
-        assert any(default_config(**kw) == cfg for kw in _dispatch_inputs(cfg)), cfg.key()
+        row = cfg.with_(fused_combine=False)
+        assert any(default_config(**kw) == row for kw in _dispatch_inputs(row)), cfg.key()
+        if cfg.fused_combine:
+            assert cfg.mma_path == "fp8_mma" and cfg.split and cfg.mask != "local" and cfg.layout != "alternate", cfg.key()
 
 
 @pytest.mark.parametrize(
@@ -188,6 +194,10 @@ def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
             assert cfg.layout == "decode" and cfg.qk_rows and not cfg.pv_promote and cfg.can_implement()[0]
             assert cfg.key().endswith("-decode-r40-232") and cfg.with_split(not split).qk_rows
             assert cfg.pv_transposed and not cfg.vt_prepass  # P.V as O^T = V^T P^T (`cute_kernels.decode_pv`)
+            # Q and P as two e4m3 terms (tile_n=64) for precision="accurate" only
+            accurate = default_config(max_seqlen_k=keys, max_seqlen_q=1, split=split, accurate=True, **kw)
+            assert not cfg.two_term and accurate == cfg.with_(two_term=True)
+            assert accurate.key().endswith("-decode-r40-232-2term") and accurate.can_implement()[0]
     assert QK_ROWS_MAX_QUERY_ROWS == 8
     assert not default_config(max_seqlen_k=4096, max_seqlen_q=2, **kw).qk_rows  # 16 rows
     assert default_config(max_seqlen_k=4096, max_seqlen_q=8, **{**kw, "group": 1}).qk_rows
@@ -200,7 +210,9 @@ def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
         assert not ok and word in why, bad
     # page sizes that take tile_n=32 keep the V^T tile (and are compiled)
     page32 = default_config(max_seqlen_k=4096, max_seqlen_q=1, **{**kw, "page_size": 32})
-    assert page32.qk_rows and page32.tile_n == 32 and not page32.pv_transposed
+    assert page32.qk_rows and page32.tile_n == 32 and not page32.pv_transposed and not page32.two_term
+    ok, why = page32.with_(two_term=True).can_implement()
+    assert not ok and "two_term" in why
     assert page32.with_(mask="none", descale=(True, True, True)) in variant_list()
 
 
@@ -374,11 +386,17 @@ COMPILE_CASES = [
     # warpgroup, P.V with P from registers (its own block) or from smem (the other's)
     (default_config(**_FP8_KW, max_seqlen_q=TILE_M),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS", "QGMMA.64x256x32.F32.E4M3.E4M3/SS"}),
-    # decode tiles: O^T = V^T P^T on m64n8 with V^T from registers (tile_n=64), the V^T tile at 32
-    (default_config(**_FP8_KW, max_seqlen_q=1, split=True),
+    # decode tiles: O^T = V^T P^T on m64n8 with V^T from registers (tile_n=64), the V^T tile at 32;
+    # at tile_n=64 two terms: Q_lo's QK^T as RS QGMMA, P_lo's O^T pass on the same m64n8 shape
+    (default_config(**_FP8_KW, max_seqlen_q=1, split=True, accurate=True),
+     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x64x32.F32.E4M3.E4M3/RS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
+    (default_config(**_FP8_KW, max_seqlen_q=1),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
     (default_config(**{**_FP8_KW, "mask": "none", "page_size": 32}, max_seqlen_q=1),
      {"QGMMA.64x32x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
+    # the same decode tile with the combine fused in (the merge after the epilogue)
+    (default_config(**_FP8_KW, max_seqlen_q=1, split=True).with_(fused_combine=True),
+     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
 ]
 
 
@@ -409,9 +427,13 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
     copies = 3 if cfg.layout == "alternate" else 2
     assert sum(rep.hgmma[s] for s in qk_shapes) == copies * qk_k // (32 if fp8 else 16)
     if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted,
-        # x 4 m64 tiles of d when transposed)
+        # x 4 m64 tiles of d when transposed; x 2 terms), and two-term Q's k-steps of QK^T again, RS
         slices = 4 if cfg.pv_promote or cfg.pv_transposed else 1
-        assert rep.hgmma[next(s for s in shapes if s.endswith("/RS"))] == copies * slices * cfg.tile_n // 32
+        terms = 2 if cfg.two_term else 1
+        pv = next(s for s in shapes if s.endswith("/RS") and not (cfg.two_term and f"x{cfg.tile_n}x32" in s))
+        assert rep.hgmma[pv] == copies * slices * cfg.tile_n // 32 * terms
+        if cfg.two_term:
+            assert rep.hgmma[f"QGMMA.64x{cfg.tile_n}x32.F32.E4M3.E4M3/RS"] == copies * 256 // 32
         if cfg.layout == "alternate":
             assert rep.hgmma["QGMMA.64x256x32.F32.E4M3.E4M3/SS"] == 4 * cfg.tile_n // 32
             assert "fence.proxy.async.shared::cta" in res.ptx
@@ -432,6 +454,9 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
         # V^T: transposed in-kernel (prmt byte shuffles) or loaded by ldmatrix.trans + prmt
         # (decode), or TMA-loaded from the prepass's scratch
         assert ("prmt.b32" in res.ptx) != cfg.vt_prepass
+    if cfg.fused_combine:  # arrival (release), the acquire poll, the merge's 256-thread barrier
+        assert "atom.global.release.add.u32" in res.ptx and "ld.acquire.gpu.global.s32" in res.ptx
+        assert re.search(r"bar\.sync\s+13, 256;", res.ptx)
 
 
 @needs_dsl
@@ -660,7 +685,11 @@ def run_mma16(q, k, v, kw, num_splits=1, config=None):
     target = target_of(q.device)
     why = backend.unavailable() or backend.unsupported(problem, target)
     assert why is None, why
-    plan = SimpleNamespace(problem=problem, config=config or backend.make_config(problem, target), num_splits=num_splits)
+    cfg = config or backend.make_config(problem, target)
+    # combine (`Plan.combine`, which launch_state reads): the combine kernel for splits, what
+    # make_plan gives a split grid it does not fuse, unless ``config`` asks for fused_combine
+    combine = "none" if num_splits <= 1 else "fused" if cfg.fused_combine else "kernel"
+    plan = SimpleNamespace(problem=problem, config=cfg, num_splits=num_splits, combine=combine)
     out = torch.empty_like(q)
     lse = backend.launch(plan, args, out, config=config)
     return out, lse

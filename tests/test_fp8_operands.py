@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from cute_kernels.fp8_operands import (
-    P_KEY_ORDER, P_REGISTER_PERM, key_of_k, key_of_word_byte, p_word_index, v_chunk_index, vt_word_index,
+    P_KEY_ORDER, P_REGISTER_PERM, key_of_k, key_of_word_byte, p_word_index, q_lo_source_word, v_chunk_index,
+    vt_word_index,
 )
 from ptx_model import bank_conflict_degree, ldmatrix_x4_trans, prmt, v_stage_bytes
 
@@ -210,6 +211,29 @@ def test_register_permutation_matches_the_wgmma_fragments():
             c_row, c_col = c[P_REGISTER_PERM[j]] % 64, c[P_REGISTER_PERM[j]] // 64
             assert a_row == c_row
             assert key_of_k(a_k) == c_col
+
+
+@needs_dsl
+def test_q_lo_fragment_words_hold_the_k_step_rows_tile():
+    # The two-term decode's Q_lo A fragment (`fp8_operands.q_lo_fragment`): word (h, kh) of a
+    # k-step j's 4 must hold the k-step-rows tile at the (row, k) CuTe's TV layout gives it,
+    # which is the compact Q_lo's query row % 8 at column 32 j + k when j = row // 8, else 0.
+    def layouts():
+        mma = _pv_mma()
+        return [[mma.tv_layout_A((t, v)) for v in range(16)] for t in range(128)]
+
+    for t, a in enumerate(_jit_eval(layouts)):
+        lane, warp = t % 32, t // 32
+        for v in range(16):
+            row, k = a[v] % 64, a[v] // 64
+            word, byte = v // 4, v % 4
+            h, kh = word & 1, word >> 1
+            assert row // 8 == 2 * warp + h  # the k-step whose rows this word holds
+            # the only k-step j where the tile's row is not zero is j = row // 8: there the
+            # byte is compact row (row % 8), column 32 j + k, i.e. byte `byte` of the word
+            src = q_lo_source_word(lane, warp, h, kh)
+            assert src == 64 * (row % 8) + (32 * (row // 8) + k - byte) // 4
+            assert (32 * (row // 8) + k) % 4 == byte
 
 
 @needs_dsl

@@ -38,18 +38,35 @@ def test_warm_calls_reach_the_stub_kernel_with_each_calls_tensors(ho):
         assert a[1].dtype == torch.uint8 and a[1].data_ptr() == k2.data_ptr() and a[2].data_ptr() == v2.data_ptr()
         assert a[5] is kw["cu_seqlens_q"] and a[7] is kw["seqused_k"] and a[8] is kw["page_table"]
         assert a[9] is None and a[10].shape == (3, 4) and a[10][2, 3] == 3.0  # (B, Hkv) descale view
-        assert a[12:18] == (1.0, 1 << 30, 1 << 30, 1, 1, 0) and a[18] == 0  # scalars, then the stream
+        assert a[12:18] == (1.0, 1 << 30, 1 << 30, 1, 1, 0)  # the scalars
+        assert a[18:21] == (None, None, None) and a[21] == 0  # no fused combine, then the stream
 
 
 def test_splits_run_the_combine_stub(ho):
+    # 3 sequences x 4 kv heads x 45 splits, more CTAs than the GPU holds at once: the combine kernel
     with ho.stubbed() as stubs:
-        q, k, v, kw = _small(ho, kv_dtype=torch.bfloat16, descale=False, num_splits=3)
+        q, k, v, kw = _small(ho, kv_dtype=torch.bfloat16, descale=False, num_splits=45)
         for _ in range(2):
             out, lse = fa512.attention(q, k, v, **kw)
+        assert run.last_launch["combine"] == "kernel"
         o_part, lse_part = stubs["fwd"].last_args[3:5]
-        assert o_part.shape == (3, 3, 32, 512) and lse_part.shape == (3, 32, 3)
+        assert o_part.shape == (45, 3, 32, 512) and lse_part.shape == (45, 32, 3)
         c = stubs["combine"].last_args
-        assert stubs["combine"].calls == 2 and c[0] is o_part and c[2] is out and c[3] is lse and c[5] == 3
+        assert stubs["combine"].calls == 2 and c[0] is o_part and c[2] is out and c[3] is lse and c[5] == 45
+
+
+def test_small_split_grids_fuse_the_combine_into_the_forward(ho):
+    # 2 sequences x 4 kv heads x 16 splits = 128 CTAs of 2 (row, quarter) merges each: the
+    # forward merges its partials into out and lse (`Plan.combine` "fused")
+    with ho.stubbed() as stubs:
+        q, k, v, kw = _small(ho, num_splits=16, batch=2, kernel="fp8_mma")
+        for _ in range(2):
+            out, lse = fa512.attention(q, k, v, **kw)
+        assert run.last_launch["combine"] == "fused" and stubs["combine"].calls == 0
+        assert run.last_launch["kernel"] == "fp8_mma"
+        a = stubs["fwd"].last_args
+        assert a[3].shape == (16, 2, 32, 512) and a[4].shape == (16, 32, 2)  # the partials
+        assert a[18] is out and a[19] is lse and a[20].dtype == torch.int32 and a[20].shape == (2048,)
 
 
 def test_op_and_attention_share_the_launcher(ho):

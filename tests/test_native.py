@@ -40,8 +40,11 @@ def test_the_library_reports_the_op_schema_it_was_built_for(mod):
 CASES = {
     # fp8 KV (uint8 reinterpretation), scalar and per-head descales (stride-0 (B, Hkv) views)
     "fp8_descales": dict(kv_dtype=torch.float8_e4m3fn, descale=True, num_splits=1),
-    # split partials in fp32 workspaces, then the combine kernel
-    "bf16_splits": dict(kv_dtype=torch.bfloat16, descale=False, num_splits=3),
+    # split partials in fp32 workspaces merged inside the forward (2 sequences x 4 kv heads x 16
+    # splits = 128 CTAs, 2 merges each: fp8_mma's fused combine)
+    "fp8_mma_splits": dict(kv_dtype=torch.float8_e4m3fn, descale=True, num_splits=16, batch=2, kernel="fp8_mma"),
+    # and by the combine kernel (3 x 4 x 45 CTAs: more than the GPU holds at once)
+    "bf16_splits_combine_kernel": dict(kv_dtype=torch.bfloat16, descale=False, num_splits=45),
 }
 
 
@@ -49,7 +52,7 @@ CASES = {
 @pytest.mark.parametrize("given_out", [False, True])
 def test_native_launch_passes_what_the_python_launch_passes(mod, ho, name, given_out):
     with ho.stubbed(ffi=True) as stubs:
-        case = dict(ho.CASES["decode_fp8_descale"], batch=3, k_len=256, **CASES[name])
+        case = dict(ho.CASES["decode_fp8_descale"], **{"batch": 3, "k_len": 256, **CASES[name]})
         q, k, v, kw = ho.make_call(case, "cpu")
         if case["descale"]:
             kw["q_descale"] = torch.tensor(2.0)  # scalar mode next to the per-head k/v descales
@@ -58,7 +61,7 @@ def test_native_launch_passes_what_the_python_launch_passes(mod, ho, name, given
         assert mod.size() == 1
         before = mod.launches()
         out_n, lse_n = fa512.attention(q, k, v, **kw, out=out)  # warm: native
-        assert mod.launches() == before + 1 and last_launch["kernel"] == "mma16"
+        assert mod.launches() == before + 1 and last_launch["kernel"] == case.get("kernel", "mma16")
         native_calls = {n: (s.calls, s.last_desc) for n, s in stubs.items()}
         with native.bypassed():
             out_p, lse_p = fa512.attention(q, k, v, **kw, out=out)
@@ -66,8 +69,10 @@ def test_native_launch_passes_what_the_python_launch_passes(mod, ho, name, given
         # Same arguments, position by position, and the same data pointers for the inputs (fwd:
         # q, k, v, the metadata and descales; combine: cu_seqlens_q) and a given out.
         inputs = {"fwd": {0, 1, 2, 5, 6, 7, 8, 9, 10, 11}, "combine": {4}}
-        if given_out:
-            inputs["combine" if stubs["combine"].calls else "fwd"].add(2 if stubs["combine"].calls else 3)
+        fused = last_launch["combine"] == "fused"
+        assert fused == (case["num_splits"] == 16) and bool(stubs["combine"].calls) == (case["num_splits"] == 45)
+        if given_out:  # out: the combine's, the fused forward's merged output, or the forward's
+            inputs["combine" if stubs["combine"].calls else "fwd"].add(2 if stubs["combine"].calls else 18 if fused else 3)
         for n, s in stubs.items():
             calls, desc = native_calls[n]
             assert s.calls == calls + (calls > 0)  # the Python-path call adds one to each kernel used
@@ -97,7 +102,30 @@ def test_kernel_arguments_by_position(mod, ho):
         assert a[1][3:] == ("uint8", k.data_ptr()) and a[2][3:] == ("uint8", v.data_ptr())
         assert a[3][4] == out.data_ptr() and a[4][1:4] == ((32, 3), (3, 1), "float32") and a[4][4] == lse.data_ptr()
         assert a[9] == ("NoneType", None) and a[10][1:3] == ((3, 4), (0, 1))  # per-head k descale as (B, Hkv)
-        assert [x[1] for x in a[12:19]] == [1.0, 1 << 30, 1 << 30, 1, 1, 0, 0]  # scalars, then a null stream
+        assert [x[1] for x in a[12:18]] == [1.0, 1 << 30, 1 << 30, 1, 1, 0]  # the scalars
+        assert [x[0] for x in a[18:21]] == ["NoneType"] * 3 and a[21][1] == 0  # no fused combine; a null stream
+
+
+def test_fused_combine_passes_out_lse_and_the_streams_counters(mod, ho):
+    # 2 sequences x 4 kv heads x 16 splits = 128 CTAs of 2 (row, quarter) merges each: the split
+    # partials are merged inside the forward, which takes out, lse and the stream's zeroed
+    # counters, and no combine kernel runs.
+    from fa512.backends.cute import split_counters
+
+    with ho.stubbed(ffi=True) as stubs:
+        q, k, v, kw = ho.make_call(dict(ho.CASES["decode_fp8_mma"], batch=2, k_len=256, num_splits=16), "cpu")
+        for _ in range(2):
+            out, lse = fa512.attention(q, k, v, **kw)
+        assert mod.launches() >= 1 and last_launch["combine"] == "fused" and last_launch["kernel"] == "fp8_mma"
+        assert stubs["combine"].calls == 0
+        a = stubs["fwd"].last_desc
+        assert a[3][1:4] == ((16, 2, 32, 512), (2 * 32 * 512, 32 * 512, 512, 1), "float32")  # the partials
+        assert a[18][4] == out.data_ptr() and a[19][4] == lse.data_ptr()
+        assert a[20][1:4] == ((2048,), (1,), "int32")
+        with native.bypassed():  # the Python path: the same buffer shape, its own per-stream buffer
+            fa512.attention(q, k, v, **kw)
+        b = stubs["fwd"].last_desc
+        assert b[20][1:4] == a[20][1:4] and b[20][4] == split_counters(q.device, 0).data_ptr()
 
 
 def test_unknown_changed_and_python_only_signatures(mod, ho):

@@ -1,16 +1,14 @@
 """``precision``: the argument's path (API, op, plan, memo key) and what each value plans."""
 
-import importlib
-
 import pytest
 import torch
 
 import fa512
 from fa512.planning.precision import ACCURATE_IS_FREE
-from helpers import make_problem, op_args
+from helpers import make_problem, op_args, rel_l2
 
 needs_dsl = pytest.mark.skipif(
-    not all(importlib.util.find_spec(m) for m in ("cutlass", "tvm_ffi")),
+    not all(__import__("importlib").util.find_spec(m) for m in ("cutlass", "tvm_ffi")),
     reason="nvidia-cutlass-dsl / apache-tvm-ffi not installed (the SM90 backends' plans need them)",
 )
 
@@ -30,30 +28,38 @@ def test_a_bad_precision_is_named(bad):
 
 
 @needs_dsl
+def test_accurate_decode_plans_the_two_term_tile():
+    q, k, v, kw = _fp8_problem(1)
+    fast = fa512.plan(q, k, v, **kw, target="sm_90:132")
+    acc = fa512.plan(q, k, v, **kw, target="sm_90:132", precision="accurate")
+    assert fast.kernel == acc.kernel == "fp8_mma" and fast.precision == "fast" and acc.precision == "accurate"
+    assert not fast.config.two_term and acc.config == fast.config.with_(two_term=True)
+    assert acc.num_splits == fast.num_splits  # the same grid: the second terms cost MMAs, not CTAs
+    assert "precision='accurate' requested" in acc.reason and "precision : accurate" in acc.describe()
+
+
+@needs_dsl
 def test_auto_precision_is_fast_until_an_accurate_variant_measures_free():
     assert ACCURATE_IS_FREE == ()  # the module docstring's A/B: the two-term decode tile is 7-18% slower
     for seqlen_q in (1, 512):
         q, k, v, kw = _fp8_problem(seqlen_q)
         p = fa512.plan(q, k, v, **kw, target="sm_90:132")
-        assert p.kernel == "fp8_mma" and p.precision == "fast" and "precision auto -> fast" in p.reason
-        assert "precision : fast" in p.describe()
+        assert p.precision == "fast" and not p.config.two_term and "precision auto -> fast" in p.reason
         assert fa512.plan(q, k, v, **kw, target="sm_90:132", precision="fast").config == p.config
 
 
 @needs_dsl
-@pytest.mark.parametrize("seqlen_q, page_size, kernel", [(1, 64, "triton"), (1, 32, "triton"), (9, 64, "mma16"),
-                                                         (512, 64, "mma16")])
-def test_accurate_passes_over_fp8_mma_to_an_accurate_kernel(seqlen_q, page_size, kernel):
-    # fp8_mma has no accurate variant on main: the next kernel of the row serves the call (each
-    # dequantises), and a named fp8_mma is refused, never run fast
+@pytest.mark.parametrize("seqlen_q, page_size, kernel", [(512, 64, "mma16"), (9, 64, "mma16"), (2, 64, "triton"),
+                                                         (8, 64, "triton"), (1, 32, "triton")])
+def test_accurate_passes_over_fp8_mma_where_it_has_no_two_term_tile(seqlen_q, page_size, kernel):
+    # prefill tiles, and decode at tile_n=32 (page size 32): the next kernel of the row, which is
+    # accurate by construction; a named fp8_mma is refused, never run fast
     q, k, v, kw = _fp8_problem(seqlen_q, page_size)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", precision="accurate")
-    assert p.kernel == kernel and p.precision == "accurate" and "precision='accurate' requested" in p.reason
-    assert "passed over fp8_mma: precision='accurate' has no fp8_mma variant" in p.reason
+    assert p.kernel == kernel and p.precision == "accurate"
+    assert "passed over fp8_mma: precision='accurate' is built for decode tiles only" in p.reason
     with pytest.raises(fa512.KernelUnavailableError, match="precision='accurate'"):
         fa512.plan(q, k, v, **kw, target="sm_90:132", precision="accurate", kernel="fp8_mma")
-    named = fa512.plan(q, k, v, **kw, target="sm_90:132", precision="accurate", kernel=kernel)
-    assert named.config == p.config  # the kernels that need no mode build the same variant
 
 
 @needs_dsl
@@ -141,3 +147,38 @@ def test_precision_is_part_of_the_warm_call_signature():
     call = with_out(op_args(q, k, v, None, kw))
     keys = {signature(call._replace(precision=p)) for p in fa512.PRECISIONS}
     assert None not in keys and len(keys) == 3
+
+
+@pytest.mark.gpu
+def test_gpu_accurate_decode_matches_its_emulation_and_the_dequant_control():
+    # The two-term decode tile on the H200: its output within 5e-4 (rel L2) of the emulation of
+    # its design (issue 24), its lse within 1e-4, and as close to float64 as the dequant control
+    # within 2x, where the fast tile is ~10x further.
+    from fa512.launch.run import last_launch
+    from fa512.numerics.emulation import emulate_attention, fp8_mma_design
+    from fa512.numerics.reference import attention_ref
+    from fa512.tools.ab import error_metrics
+    from fa512.tools.inputs import make_case
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an SM90 GPU")
+    case = make_case("retrieval", heads="31B", mode="decode", batch=2, seqlen_k=6000, logit_std=2.0, seed=0).to("cuda")
+    kw = case.kwargs()
+    ref, ref_lse = attention_ref(case.q, case.k, case.v, **kw)
+    err = {}
+    for name, extra in (("accurate", dict(kernel="fp8_mma", precision="accurate")),
+                        ("fast", dict(kernel="fp8_mma", precision="fast")), ("dequant", dict(kernel="mma16"))):
+        out, lse = fa512.attention(case.q, case.k, case.v, **kw, num_splits=4, **extra)
+        assert last_launch["kernel"] == extra["kernel"] and last_launch["num_splits"] == 4
+        if name == "accurate":
+            config = last_launch["config"]
+            assert config.two_term and config.layout == "decode"
+            design = fp8_mma_design(config.with_split(True))
+            assert design.two_term_q and design.two_term_p
+            want, want_lse = emulate_attention(case.q, case.k, case.v, **kw, design=design, num_splits=4)
+            fin = torch.isfinite(want_lse)
+            assert torch.equal(fin, torch.isfinite(lse))
+            assert rel_l2(out.float(), want.float()) <= 5e-4
+            assert float((lse - want_lse)[fin].abs().max()) < 1e-4
+        err[name] = error_metrics(out, lse, ref, ref_lse, case.valid_rows)["rel_l2"]
+    assert err["accurate"] <= 2 * err["dequant"] and err["fast"] > 4 * err["accurate"], err

@@ -30,6 +30,20 @@ def test_cases_are_valid_calls_with_every_byte_initialised():
         assert (problem.page_size or 0) == case.page_size
 
 
+def test_the_reference_takes_every_kind_of_case():
+    """`run_child` checks each GPU output against the reference on the same call; a call argument
+    the reference does not take (session 22: ``precision``) failed the whole sweep on the GPU."""
+    cases = sanitize.sweep_cases()
+    kinds = {}
+    for c in cases:  # one case per (kernel, precision)
+        kinds.setdefault((c.kernel, c.precision), c)
+    assert ("fp8_mma", "accurate") in kinds
+    for case in kinds.values():
+        q, k, v, kw = sanitize.make_call(case, "cpu")
+        out, lse = sanitize.reference_of(q, k, v, kw)
+        assert out.shape == q.shape and torch.isfinite(out).all()
+
+
 def test_list_needs_no_gpu(capsys):
     p = argparse.ArgumentParser()
     sanitize.add_arguments(p)

@@ -109,8 +109,40 @@ def test_plan_ctas_is_the_forward_grid(kernel, batch, q, k, hq, hkv, tiles):
     if tiles is None:  # the unpacked SM90 case: Hq tiles per sequence; Triton packs the group
         tiles = batch * (hq if kernel != "triton" else hkv)
     assert p.ctas == tiles * p.num_splits
-    assert p.launches == 1 + (p.num_splits > 1) + bool(getattr(p.config, "vt_prepass", False))
+    assert p.launches == 1 + (p.combine == "kernel") + bool(getattr(p.config, "vt_prepass", False))
     assert f"ctas      : {p.ctas} (132 SMs)" in p.describe()
+    # the combine: none unsplit; inside the forward for SM90 grids that fit the GPU at once
+    rows = min(64, q * (hq // hkv if 64 % (hq // hkv) == 0 else 1))
+    fused = getattr(p.config, "mma_path", None) == "fp8_mma" and 1 < p.num_splits and p.ctas <= 132 and -(-rows * 4 // p.num_splits) <= 2
+    assert p.combine == ("none" if p.num_splits == 1 else "fused" if fused else "kernel")
+    assert f"(combine: {p.combine})" in p.describe()
+
+
+@pytest.mark.parametrize(
+    "kernel, batch, q, k, hq, hkv, window, splits, combine",
+    [
+        ("fp8_mma", 1, 1, 8192, 32, 4, -1, 0, "fused"),  # decode B=1: 128 CTAs
+        ("fp8_mma", 1, 4, 28672, 8, 1, -1, 0, "fused"),  # MTP q=4: one tile, many splits
+        ("mma16", 1, 1, 8192, 32, 4, -1, 0, "kernel"),  # the dequant control: fused lost its A/B
+        ("fp8_mma", 1, 1, 8192, 32, 4, -1, 40, "kernel"),  # 160 CTAs: not resident at once
+        ("fp8_mma", 1, 1, 8192, 32, 4, 1000, 0, "kernel"),  # local windows: no fused variant
+        ("fp8_mma", 64, 1, 8192, 32, 4, -1, 0, "none"),  # 256 tiles: no splits
+        ("fp8_mma", 32, 4, 28672, 8, 1, -1, 0, "kernel"),  # MTP B=32: 4 splits, 32 merges a CTA
+        ("fp8_mma", 4, 1, 32768, 32, 4, -1, 0, "kernel"),  # B=4 x 32k: 8 splits, 4 merges a CTA
+        ("triton", 1, 1, 8192, 32, 4, -1, 0, "kernel"),  # Triton's own combine kernel
+    ],
+)
+def test_plan_fuses_the_combine_where_the_grid_is_resident(kernel, batch, q, k, hq, hkv, window, splits, combine):
+    import fa512
+
+    kw = _call(batch, q, k, hq, hkv)
+    kw.update(window_left=window, num_splits=splits)
+    p = fa512.plan(**kw, kernel=kernel, target="sm_90:132")
+    assert p.combine == combine, (p.num_splits, p.ctas)
+    if combine == "fused":
+        from fa512.backends.cute import forward_config
+
+        assert forward_config(p.config, p.num_splits, p.combine).key().endswith("-fused")
 
 
 def test_split_model_counts_the_tiles_the_kernel_launches():

@@ -36,7 +36,8 @@ class Launcher:
     def __init__(self, plan, extents: tuple, launch=None):
         self.plan = plan
         self.problem: Problem = plan.problem
-        self.record = {"kernel": plan.kernel, "num_splits": plan.num_splits, "config": plan.config}
+        self.record = {"kernel": plan.kernel, "num_splits": plan.num_splits, "config": plan.config,
+                       "combine": plan.combine}
         self.extents = extents
         # modes whose (B, Hkv) view is a new tensor; "none" and "per_batch_head" pass as given
         self.descale_modes = tuple(m if m in ("scalar", "per_head") else None for m in self.problem.descale_modes)
@@ -122,6 +123,11 @@ class Backend:
     def launches(self, num_splits: int, config) -> int:
         """Kernel launches of one call: the forward, plus the split combine when split."""
         return 1 + (num_splits > 1)
+
+    def fuses_combine(self, config, problem: Problem, num_splits: int, ctas: int, target) -> bool:
+        """Whether a split call of ``config`` (``num_splits``, a grid of ``ctas``) merges its
+        partials inside the forward instead of in a combine kernel (`Plan.combine`)."""
+        return False
 
     def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
         """Temporary device memory one launch allocates besides lse (``config``: the variant)."""

@@ -126,6 +126,11 @@ def fake_fwd_args(cfg) -> tuple:
         v = _fake_vt_scratch(batch, hkv)
     else:
         v = make_fake_tensor(kvdt, kv_shape, kv_stride, assumed_align=16)
+    def out_and_lse():
+        return (make_fake_tensor(qdt, (total_q, hq, 512), (s64(divisibility=8), s64(divisibility=8), 1),
+                                 assumed_align=16),
+                make_fake_tensor(Float32, (hq, total_q), (s64(), 1), assumed_align=4))
+
     if cfg.split:
         o = make_fake_tensor(
             Float32, (s32(), total_q, hq, 512),
@@ -133,8 +138,10 @@ def fake_fwd_args(cfg) -> tuple:
         )
         lse = make_fake_tensor(Float32, (s32(), hq, total_q), (s64(), s64(), 1), assumed_align=4)
     else:
-        o = make_fake_tensor(qdt, (total_q, hq, 512), (s64(divisibility=8), s64(divisibility=8), 1), assumed_align=16)
-        lse = make_fake_tensor(Float32, (hq, total_q), (s64(), 1), assumed_align=4)
+        o, lse = out_and_lse()
+    # fused_combine: the merged output, its lse and the arrival counters (else None)
+    merged = (*out_and_lse(), make_fake_tensor(Int32, (s32(),), (1,), assumed_align=4)) if cfg.fused_combine \
+        else (None, None, None)
     cu_q = make_fake_tensor(Int32, (s32(),), (1,), assumed_align=4)
     seqused_k = make_fake_tensor(Int32, (batch,), (1,), assumed_align=4)
     descales = [
@@ -143,7 +150,7 @@ def fake_fwd_args(cfg) -> tuple:
     ]
     # softmax_scale, window_left, window_right, max_seqlen_q, num_splits, trace_addr (cfg.trace only)
     scalars = (Float32(1.0), Int32(0), Int32(0), Int32(1), Int32(1), Int64(0))
-    return (q, k, v, o, lse, cu_q, cu_k, seqused_k, page_table, *descales, *scalars, make_fake_stream())
+    return (q, k, v, o, lse, cu_q, cu_k, seqused_k, page_table, *descales, *scalars, *merged, make_fake_stream())
 
 
 def fake_combine_args(out_dtype: str) -> tuple:

@@ -25,6 +25,8 @@ from ..planning.problem import FwdArgs, Problem
 from .base import Backend, Launcher, PartialLauncher, grid_refusal, reference_only_dtype
 
 WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
+# The fused combine's (row, 128-column quarter) merges per split CTA, at most (`fuses_combine`)
+MAX_FUSED_MERGES = 2
 
 
 def mask_kind(problem: Problem) -> str:
@@ -62,11 +64,12 @@ class LaunchState(NamedTuple):
     lse_part_shape: tuple
     prepass: Optional[Callable]  # V^T prepass (vt_prepass variants)
     vt_shape: Optional[tuple]  # its scratch
+    fused: bool = False  # split partials merged inside the forward (`Plan.combine` "fused")
 
     def native_spec(self, libraries: tuple) -> tuple:
         """The part `fa512.launch.native.launch_spec` hands to C++ (no device or stream getter),
         with the kernels' libraries for the direct launch."""
-        return (self.fwd, self.combine, self.scalars, self.kv_fp8, self.lse_shape, self.o_part_shape,
+        return (self.fwd, self.combine, self.scalars, self.kv_fp8, self.fused, self.lse_shape, self.o_part_shape,
                 self.lse_part_shape, self.prepass, self.vt_shape, libraries)
 
 
@@ -99,18 +102,97 @@ def _raw_stream_getter() -> Callable:
     return raw
 
 
-def kernel_specs(config, num_splits: int, partials: bool = False) -> tuple:
+def kernel_specs(config, num_splits: int, partials: bool = False, fused: bool = False) -> tuple:
     """The compiled kernels one launch of ``config`` with ``num_splits`` runs, as compile-cache
     specs: (forward of the split or unsplit variant, the combine or None, the V^T prepass or None).
-    ``partials``: the split variant whatever the split count, and no combine (`_run_partials`)."""
+    ``partials``: the split variant whatever the split count, and no combine (`_run_partials`);
+    ``fused``: the split variant that merges its partials itself (`Plan.combine` "fused")."""
     from .compile_cache import KernelSpec
 
-    cfg = config.with_split(partials or num_splits > 1)
+    split = partials or num_splits > 1
+    cfg = config.with_split(split).with_(fused_combine=fused and split and not partials)
     return (
         KernelSpec("fwd", cfg),
-        KernelSpec("combine", cfg.q_dtype) if num_splits > 1 and not partials else None,
+        KernelSpec("combine", cfg.q_dtype) if num_splits > 1 and not partials and not cfg.fused_combine else None,
         KernelSpec("vt_prepass", cfg.page_size) if cfg.vt_prepass else None,
     )
+
+
+def forward_config(config, num_splits: int, combine: str):
+    """The forward variant a launch of a plan's ``config`` with ``num_splits`` and its
+    ``combine`` ("none", "kernel", "fused": `Plan.combine`) compiles."""
+    return kernel_specs(config, num_splits, fused=combine == "fused")[0].config
+
+
+# -- the fused combine's arrival counters (`cute_kernels.fused_combine`) --------------------------
+# int32 words per stream: (arrival, departure) per tile; a fused grid (at most one CTA per SM,
+# at least 2 splits a tile) has at most num_sms / 2 tiles
+COUNTER_WORDS = 2048
+_counters: dict = {}
+
+
+def split_counters(device: torch.device, stream: int) -> torch.Tensor:
+    """The zeroed counters the fused-combine forwards of one (device, stream) share: calls on
+    one stream run in order and leave them zeroed; calls on two streams must not share them.
+    Made once per stream, outside any capture. A call inside a CUDA-graph capture gets the
+    capture's own buffer instead (one per capture and captured stream: the branches of one
+    capture may run at once), made at its first fused call there (its memset is captured, so
+    every replay starts from zeros, whichever stream replays it): a buffer shared with eager
+    calls or with other graphs would be zeroed only where it was made, and two graphs replayed
+    at once would count into each other. Buffers live as long as the process (8 KB each).
+    Stream handles are keys: a stream destroyed while its kernels run and a new stream given the
+    same handle would share one. The native warm call keeps its own per stream the same way
+    (``csrc/fast_call.cpp``, ``split_counters``) and leaves captures to this path.
+
+    Inside a capture this makes no CUDA call but ``cuStreamGetCaptureInfo`` (`_capture_info`)
+    and the captured memset of a new buffer."""
+    key = (device.index, stream)
+    if device.type == "cuda":
+        capturing, capture_id = _capture_info(stream)
+        if capturing:
+            key = ("capture", capture_id, stream)
+    buf = _counters.get(key)
+    if buf is None:
+        buf = _counters[key] = torch.zeros(COUNTER_WORDS, dtype=torch.int32, device=device)
+    return buf
+
+
+_stream_capture_info = None  # libcuda's cuStreamGetCaptureInfo, resolved at first use
+
+
+def _capture_info(stream: int) -> tuple:
+    """(capturing, capture id) of a stream: the id is unique over the process's lifetime.
+
+    libcuda's own entry point through ctypes, not cuda.bindings: binding it is a dlopen and a
+    dlsym (no CUDA call; libcuda is loaded already), where cuda.bindings' first driver call
+    initialises its whole driver table, which need not happen inside a capture. A capture
+    that was invalidated before this call (status 2: an earlier capture-unsafe call) has no
+    valid id (the driver returns one only for an active capture): that raises here, naming
+    the cause, instead of failing at the next captured operation."""
+    global _stream_capture_info
+    import ctypes
+
+    fn = _stream_capture_info
+    if fn is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        # the _v2 entry (CUDA 11.3+) takes (stream, status*, id*, graph*, deps*, num_deps*), the
+        # first three as the original entry, which older drivers have alone
+        name = "cuStreamGetCaptureInfo_v2" if hasattr(lib, "cuStreamGetCaptureInfo_v2") else "cuStreamGetCaptureInfo"
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64)] + \
+            ([ctypes.c_void_p] * 3 if name.endswith("_v2") else [])
+        _stream_capture_info = fn
+    status, capture_id = ctypes.c_int(0), ctypes.c_uint64(0)
+    extra = (None,) * (len(fn.argtypes) - 3)
+    err = fn(ctypes.c_void_p(stream), ctypes.byref(status), ctypes.byref(capture_id), *extra)
+    if err != 0:
+        raise RuntimeError(f"fa512: cuStreamGetCaptureInfo failed (CUresult {err}) for the fused combine's counters")
+    if status.value == 2:  # CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        raise RuntimeError(
+            "fa512: the CUDA-graph capture on this stream was invalidated before this fused-combine call "
+            "(an earlier capture-unsafe call in this capture, in this or, in global capture mode, another thread)")
+    return status.value == 1, int(capture_id.value)
 
 
 def launch_state(plan, args: FwdArgs, out: Optional[torch.Tensor], config=None, trace_addr: int = 0,
@@ -129,22 +211,23 @@ def launch_state(plan, args: FwdArgs, out: Optional[torch.Tensor], config=None, 
     wl = problem.window_left if problem.window_left >= 0 else WINDOW_INF
     wr = problem.window_right if problem.window_right >= 0 else WINDOW_INF
     total_q, hq = q.shape[0], q.shape[1]
+    fused = plan.combine == "fused" and not partials
     fwd, combine, prepass = (None if spec is None else compile_cache.get_kernel(spec)
-                             for spec in kernel_specs(config or plan.config, num_splits, partials))
+                             for spec in kernel_specs(config or plan.config, num_splits, partials, fused))
     vt_shape = vt_scratch_shape(problem) if prepass is not None else None
     return LaunchState(
         fwd, combine,
         (float(problem.softmax_scale), int(wl), int(wr), int(problem.max_seqlen_q), num_splits, int(trace_addr)),
         args.k.dtype == torch.float8_e4m3fn, q.device, q.device.index, _raw_stream_getter(),
         (hq, total_q), (num_splits, total_q, hq, q.shape[2]), (num_splits, hq, total_q),
-        prepass, vt_shape,
+        prepass, vt_shape, fused,
     )
 
 
 def _run(state: LaunchState, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torch.Tensor:
     """One launch from a launch state; descales are (B, Hkv) views."""
     (fwd, combine, scalars, kv_fp8, device, index, raw_stream, lse_shape, o_part_shape, lse_part_shape,
-     prepass, vt_shape) = state
+     prepass, vt_shape, fused) = state
     if kv_fp8:  # e4m3 crosses tvm-ffi as uint8; the kernel recasts it
         k, v = k.view(torch.uint8), v.view(torch.uint8)
     # Strides are fixed per launch state (checked when it was made); data pointers are not.
@@ -155,12 +238,16 @@ def _run(state: LaunchState, q, k, v, out, cuq, cuk, sk, pt, qd, kd, vd) -> torc
     if prepass is not None:  # V^T once per key block; the forward kernel reads it in V's place
         v = _prepass(state, v, cuk, sk, pt, stream)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
-    if combine is None:
-        fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
+    if combine is None and not fused:
+        fwd(q, k, v, out, lse, cuq, cuk, sk, pt, qd, kd, vd, *scalars, None, None, None, stream)
         return lse
     o_part = torch.empty(o_part_shape, dtype=torch.float32, device=device)
     lse_part = torch.empty(lse_part_shape, dtype=torch.float32, device=device)
-    fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, stream)
+    if fused:  # the forward merges the partials into out and lse itself
+        counters = split_counters(device, stream)
+        fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, out, lse, counters, stream)
+        return lse
+    fwd(q, k, v, o_part, lse_part, cuq, cuk, sk, pt, qd, kd, vd, *scalars, None, None, None, stream)
     combine(o_part, lse_part, out, lse, cuq, scalars[4], stream)
     return lse
 
@@ -187,7 +274,7 @@ def _run_partials(state: LaunchState, args: FwdArgs) -> tuple:
     o_part = torch.empty(state.o_part_shape, dtype=torch.float32, device=state.device)
     lse_part = torch.empty(state.lse_part_shape, dtype=torch.float32, device=state.device)
     state.fwd(q, k, v, o_part, lse_part, args.cu_seqlens_q, args.cu_seqlens_k, args.seqused_k, args.page_table,
-              args.q_descale, args.k_descale, args.v_descale, *state.scalars, stream)
+              args.q_descale, args.k_descale, args.v_descale, *state.scalars, None, None, None, stream)
     return o_part, lse_part
 
 
@@ -256,6 +343,21 @@ class Mma16Backend(Backend):
     def launches(self, num_splits: int, config) -> int:
         return super().launches(num_splits, config) + bool(config.vt_prepass)
 
+    def fuses_combine(self, config, problem: Problem, num_splits: int, ctas: int, target) -> bool:
+        """Split calls whose whole grid is resident at once (one CTA per SM: the fused merge
+        polls for its tile's other splits), that have a fused variant (`variant_list`: no local
+        windows, not the alternating prefill layout), and whose split CTAs merge at most
+        `MAX_FUSED_MERGES` (row, quarter) pieces each: the pieces of one CTA run one after
+        another (~1-1.5 us each, an estimate), where the combine kernel runs them all at once
+        (MTP q=4 B=32 x 28k at 4 splits would give each CTA 32). fp8_mma only: the dequant
+        control lost its A/B (H200 2026-12-03, decode B=1 x 8k, 22 splits, CUDA-graph replay:
+        mma16 on bf16 KV 27.7 us with the combine kernel, 29.1-29.2 fused; on fp8 KV 30-31 vs
+        33 us), where fp8_mma won (17.6 vs 16.6-16.9 us)."""
+        rows = min(config.block_m, max(1, problem.max_seqlen_q) * config.qhead_per_kvhead)
+        merges = -(-rows * 4 // max(1, num_splits))
+        return (config.mma_path == "fp8_mma" and 0 < ctas <= target.num_sms * config.ctas_per_sm
+                and config.mask != "local" and config.layout != "alternate" and merges <= MAX_FUSED_MERGES)
+
     def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
         ws = super().workspace_bytes(num_splits, problem)
         if config is not None and config.vt_prepass:
@@ -278,6 +380,7 @@ class Mma16Backend(Backend):
             fp8_mma=self.fp8_mma,
             max_seqlen_k=problem.max_seqlen_k,
             max_seqlen_q=problem.max_seqlen_q,
+            accurate=self.fp8_mma and problem.precision == "accurate",
         )
 
     def make_launcher(self, plan, args: FwdArgs, out: torch.Tensor, extents: tuple) -> Launcher:
@@ -326,10 +429,16 @@ class Fp8MmaBackend(Mma16Backend):
             return f"needs an fp8 e4m3 KV cache, got {problem.kv_dtype} (bf16/fp16 KV: mma16)"
         refusal = super().unsupported(problem, target)
         if refusal is None and problem.precision == "accurate":
-            refusal = ("precision='accurate' has no fp8_mma variant yet (its two-term decode tile waits in "
-                       "profiles/wip/accurate_mode.patch); the other kernels are accurate by construction")
+            from cute_kernels.variants import QK_ROWS_MAX_QUERY_ROWS
+
+            config = self.make_config(problem, target)
+            if not config.two_term:
+                refusal = ("precision='accurate' is built for decode tiles only (layout 'decode': at most "
+                           f"{QK_ROWS_MAX_QUERY_ROWS} packed query rows per kv head, tile_n 64: page sizes a multiple "
+                           f"of 64); this call plans layout {config.layout!r} at tile_n {config.tile_n} (the other "
+                           "kernels are accurate by construction)")
         return refusal
 
 
 __all__ = ["CuteLauncher", "Fp8MmaBackend", "LaunchState", "Mma16Backend", "WINDOW_INF", "kernel_specs",
-           "launch_state", "mask_kind", "vt_scratch_shape"]
+           "forward_config", "launch_state", "mask_kind", "split_counters", "vt_scratch_shape"]

@@ -177,14 +177,14 @@ def launch_spec(launcher, alloc_out: bool, last_launch: dict) -> Optional[tuple]
     (`fa512.backends.cute.CuteLauncher`); None for any other launcher (Python only)."""
     if launcher.native_spec is None:
         return None
-    (fwd, combine, scalars, kv_fp8, lse_shape, o_part_shape, lse_part_shape, prepass, vt_shape,
+    (fwd, combine, scalars, kv_fp8, fused, lse_shape, o_part_shape, lse_part_shape, prepass, vt_shape,
      libraries) = launcher.native_spec
     if not all(hasattr(f, "__chandle__") for f in (fwd, combine, prepass) if f is not None):
         return None  # not tvm-ffi functions (e.g. FA512_NO_DISK_CACHE's in-memory DSL objects)
     modes = tuple(_DESCALE_MODE_CODES[m] for m in launcher.descale_modes)
     problem = launcher.problem
     return (
-        fwd, combine, float(scalars[0]), tuple(int(x) for x in scalars[1:]), bool(kv_fp8), bool(alloc_out),
+        fwd, combine, float(scalars[0]), tuple(int(x) for x in scalars[1:]), bool(kv_fp8), bool(fused), bool(alloc_out),
         tuple(lse_shape), tuple(o_part_shape), tuple(lse_part_shape), prepass,
         tuple(int(x) for x in vt_shape) if vt_shape else (), modes,
         (int(problem.batch), int(problem.num_kv_heads)), tuple(int(x) for x in launcher.extents),
@@ -193,10 +193,27 @@ def launch_spec(launcher, alloc_out: bool, last_launch: dict) -> Optional[tuple]
 
 
 def register(call: tuple, launcher, alloc_out: bool, last_launch: dict) -> None:
-    """Remember ``call``'s signature: its launch (SM90 CuTe DSL launchers) or "Python only"."""
+    """Remember ``call``'s signature: its launch (SM90 CuTe DSL launchers) or "Python only".
+
+    Not while the call's stream is being captured into a CUDA graph: the native side declines
+    fused-combine calls there (``launch``), and registering such a signature again replaces its
+    entry, which destroys the entry's graphs (``~GraphCache``: cuGraphExecDestroy, an unsafe
+    call that invalidates the capture). The next eager call registers it."""
     mod = module()
-    if mod is not None:
+    if mod is not None and not _capturing(call):
         mod.register(call, launch_spec(launcher, alloc_out, last_launch))
+
+
+def _capturing(call: tuple) -> bool:
+    """Whether the current stream of ``call``'s device is being captured (or its capture was
+    invalidated); CPU tensors (the tests' stand-ins) never are."""
+    import torch
+
+    q = call[0]
+    if not isinstance(q, torch.Tensor) or q.device.type != "cuda":
+        return False
+    with torch.cuda.device(q.device):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def clear() -> None:

@@ -106,7 +106,9 @@ class Plan:
 
     ``ctas``: the forward's grid size (m blocks x tile heads x splits x sequences; 0 for the
     reference, which launches no kernel grid of its own); ``launches``: kernels per call (the
-    forward, the split combine, the V^T prepass)."""
+    forward, the split combine, the V^T prepass); ``combine``: how split partials are merged,
+    "none" (no splits), "kernel" (the combine kernel) or "fused" (inside the forward,
+    `Sm90FwdConfig.fused_combine`: grids of at most one CTA per SM)."""
 
     kernel: str
     config: Any
@@ -118,6 +120,7 @@ class Plan:
     target: Target
     ctas: int = 0
     launches: int = 0
+    combine: str = "none"
 
     def describe(self) -> str:
         lines = [
@@ -127,7 +130,7 @@ class Plan:
             f"kernel    : {self.kernel}",
             f"precision : {self.precision}",
             f"config    : {self.config}",
-            f"num_splits: {self.num_splits}",
+            f"num_splits: {self.num_splits} (combine: {self.combine})",
             f"ctas      : {self.ctas} ({self.target.num_sms} SMs), {self.launches} launch(es) per call",
             f"workspace : {self.workspace_bytes} bytes",
             f"why       : {self.reason}",
@@ -223,8 +226,13 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
                                   max_seqlen_q=problem.max_seqlen_q, block_m=config.block_m) if launches else 0
     if problem.kv_is_fp8:  # the numerics of an fp8 cache depend on the kernel and the request
         reason += f"; {precision_reason}"
+    combine = "none"
+    if splits > 1 and launches:
+        combine = "fused" if backend.fuses_combine(config, problem, splits, ctas, target) else "kernel"
+        if combine == "fused":
+            launches -= 1
     return Plan(name, config, splits, ws, f"{reason}; splits: {split_reason}", route.label, problem, target,
-                ctas, launches)
+                ctas, launches, combine)
 
 
 __all__ = ["Plan", "ROUTES", "Route", "Target", "make_plan", "target_of"]

@@ -2,11 +2,10 @@
 
 Only fp8_mma rounds Q and P to e4m3 (one term each: "fast"). Its accurate variants add a
 second e4m3 term of each (Q ~ Q_hi + Q_lo, P ~ P_hi + P_lo, both products into the same
-accumulator; emulated by `fa512.numerics.emulation.accurate_design`), which brings it to about
-the dequant control's accuracy. The first, the decode tile, is written and has run on the H200
-but waits in profiles/wip/accurate_mode.patch; until it lands fp8_mma refuses "accurate", so
-kernel="auto" serves such calls with the next kernel of its dispatch row. mma16 (16-bit MMA, fp8
-dequantised), Triton (dequantised) and the reference need no mode and accept every value.
+accumulator; `cute_kernels.config.Sm90FwdConfig.two_term`, emulated by
+`fa512.numerics.emulation.accurate_design`), which brings it to about the dequant control's
+accuracy. mma16 (16-bit MMA, fp8 dequantised), Triton (dequantised) and the reference need no
+mode and accept every value.
 
 "auto" is meant to take the accurate variant wherever it costs no measurable time. Each shape
 class in `ACCURATE_IS_FREE` is one that an A/B measured so; the two-term decode tile is not one:

@@ -48,11 +48,15 @@ ACCURATE_HW_ENTRY = "emu:fa512_fp8_accurate@h200"
 # (label, kernel name, kv dtype name, matching emulation entry or None)
 KERNEL_VARIANTS = (
     ("fp8_mma", "fp8_mma", "fp8", "emu:fa512_fp8"),
+    ("fp8_mma[accurate]", "fp8_mma", "fp8", ACCURATE_ENTRY),
     ("mma16[fp8kv]", "mma16", "fp8", "emu:dequant"),
     ("mma16[bf16kv]", "mma16", "bf16", "emu:mma16[bf16kv]"),
     ("triton[fp8kv]", "triton", "fp8", None),
     ("triton[bf16kv]", "triton", "bf16", None),
 )
+# the ``precision`` each kernel entry runs with (`fa512.planning.precision`): fp8_mma's two modes
+# by name, every other entry the default
+PRECISION_OF = {"fp8_mma": "fast", "fp8_mma[accurate]": "accurate"}
 DEQUANT_ENTRY = "emu:dequant"
 DEQUANT_KERNEL = "mma16[fp8kv]"
 
@@ -216,12 +220,12 @@ def _emulation_designs(sweep: str, hw_emulation: bool = True, on_gpu: bool = Fal
     return designs
 
 
-def kernel_refusal(case, kernel: str) -> Optional[str]:
+def kernel_refusal(case, kernel: str, precision: str = "auto") -> Optional[str]:
     """None when ``kernel`` can serve ``case`` here, else the plan's reason."""
     import fa512
 
     try:
-        fa512.plan(case.q, case.k, case.v, **case.kwargs(), kernel=kernel)
+        fa512.plan(case.q, case.k, case.v, **case.kwargs(), kernel=kernel, precision=precision)
     except fa512.KernelUnavailableError as exc:
         return str(exc).split(": ", 2)[-1]
     return None
@@ -236,7 +240,7 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
     """All entries of one case: list of row dicts (metrics + case description)."""
     import fa512
     from ..launch.run import launched
-    from ..numerics.emulation import emulate_attention, fp8_mma_design
+    from ..numerics.emulation import accurate_design, emulate_attention, fp8_mma_design
     from .inputs import needle_weights
     from ..numerics.reference import attention_ref
 
@@ -282,16 +286,17 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
     for label, kernel, kv, emu_entry in variants:
         # "bf16" variants store the same e4m3 values in q's 16-bit dtype (exact), same descales.
         kcase = case if kv == "fp8" else case.with_kv_dtype(case.q.dtype)
-        why = kernel_refusal(kcase, kernel)
+        precision = PRECISION_OF.get(label, "auto")
+        why = kernel_refusal(kcase, kernel, precision)
         if why is not None:
             unavailable.setdefault(label, why)
             continue
         try:
             # First call may compile; the A/B is not a benchmark, so time only the second call.
-            fa512.attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), kernel=kernel)
+            fa512.attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), kernel=kernel, precision=precision)
             _sync(device)
             t0 = time.perf_counter()
-            out, lse = fa512.attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), kernel=kernel)
+            out, lse = fa512.attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), kernel=kernel, precision=precision)
             _sync(device)
         except Exception as exc:  # a failing kernel is reported in the table, the sweep goes on
             msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
@@ -308,8 +313,9 @@ def run_case(spec: CaseSpec, device, variants, unavailable: dict) -> list:
                                       design=fp8_mma_design(variant.with_split(splits > 1)))
             extra["vs_hw"] = rel_l2(out, hw, rows_n)
         if emu_entry is not None:
-            if emu_entry not in emu_outs:
-                emu_outs[emu_entry], _ = emulate_attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), design="dequant")
+            if emu_entry not in emu_outs:  # not in this sweep's emulations: the entry's design on its own
+                design = accurate_design() if emu_entry == ACCURATE_ENTRY else "dequant"
+                emu_outs[emu_entry], _ = emulate_attention(kcase.q, kcase.k, kcase.v, **kcase.kwargs(), design=design)
             extra["vs_emu"] = rel_l2(out, emu_outs[emu_entry], rows_n)
             extra["emu"] = emu_entry
         add(label, "kernel", out, lse, seconds, extra)

@@ -321,7 +321,8 @@ def precompile(specs: list, kernels: list, target, jobs: int) -> dict:
     wanted = {}
     for _, p in case_plans(specs, kernels, target):
         if p.kernel in SM90_KERNELS:
-            wanted.update((ks.key(), ks) for ks in kernel_specs(p.config, p.num_splits) if ks is not None)
+            wanted.update((ks.key(), ks) for ks in kernel_specs(p.config, p.num_splits, fused=p.combine == "fused")
+                          if ks is not None)
     if not wanted:
         return {}
     t0 = time.perf_counter()

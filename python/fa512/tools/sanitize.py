@@ -61,6 +61,7 @@ class SweepCase:
     # The host bound the plan sees (`max_seqlen_k`); 0: the longest k_len. Paged cases with a
     # bound get page-table rows that wide, the entries no key reaches pointing at page 0.
     max_seqlen_k: int = 0
+    precision: str = "auto"  # "accurate" for fp8_mma's two-term variants (`fa512.planning.precision`)
 
     def describe(self) -> str:
         mask = "local" if self.window_left >= 0 else ("causal" if self.causal else "full")
@@ -68,7 +69,8 @@ class SweepCase:
         bound = f" max_seqlen_k={self.max_seqlen_k}" if self.max_seqlen_k else ""
         return (f"{self.kernel} kv={self.kv_dtype} q={self.q_dtype} {kv} G={self.group} q_lens={list(self.q_lens)} "
                 f"k_lens={list(self.k_lens)}{bound} {mask} splits={self.num_splits} "
-                f"descale={''.join('1' if d else '0' for d in self.descale)}")
+                f"descale={''.join('1' if d else '0' for d in self.descale)}"
+                + (f" precision={self.precision}" if self.precision != "auto" else ""))
 
 
 def case_for(cfg) -> SweepCase:
@@ -93,14 +95,25 @@ def case_for(cfg) -> SweepCase:
     long_keys = PV_PROMOTE_MIN_KEYS + 77
     bound = long_keys if long and cfg.is_paged else 0
     k_lens = (3 * 64 + 37,) if bound else (long_keys,) if long else (3 * 64 + 37, 64 + 5)
-    q_lens = (q_len,) * len(k_lens)
     causal = cfg.mask in ("causal", "local")
+    # Split variants: the dispatch fuses the combine into grids of at most one CTA per SM whose
+    # CTAs merge at most 2 (row, quarter) pieces each (`Mma16Backend.fuses_combine`): one
+    # sequence and 2 splits per row of the tile; the combine-kernel twin takes more splits than
+    # 132 CTAs hold (empty splits included).
+    splits = 1
+    if cfg.split and cfg.fused_combine:
+        k_lens = k_lens[:1]
+        splits = max(2, 2 * min(TILE_M, q_len * g))
+    elif cfg.split:
+        splits = 140
+    q_lens = (q_len,) * len(k_lens)
     kv = {"bf16": "bf16", "f16": "f16"}.get(cfg.mma_path, "fp8")
     return SweepCase(
         key=cfg.key(), kernel="fp8_mma" if cfg.mma_path == "fp8_mma" else "mma16", kv_dtype=kv, q_dtype=cfg.q_dtype,
         page_size=cfg.page_size if cfg.is_paged else 0, group=g, q_lens=q_lens, k_lens=k_lens, causal=causal,
-        window_left=100 if cfg.mask == "local" else -1, num_splits=2 if cfg.split else 1, descale=tuple(cfg.descale),
+        window_left=100 if cfg.mask == "local" else -1, num_splits=splits, descale=tuple(cfg.descale),
         alternate=cfg.layout == "alternate", max_seqlen_k=bound,
+        precision="accurate" if cfg.two_term else "auto",
     )
 
 
@@ -127,7 +140,7 @@ def make_call(case: SweepCase, device, seed: int = 0):
               seqused_k=torch.tensor(case.k_lens, **i32), max_seqlen_q=max(case.q_lens),
               max_seqlen_k=case.max_seqlen_k or max(case.k_lens),
               softmax_scale=D ** -0.5, causal=case.causal, window_left=case.window_left,
-              num_splits=case.num_splits, kernel=case.kernel)
+              num_splits=case.num_splits, kernel=case.kernel, precision=case.precision)
     if case.page_size:
         per_seq = [-(-n // case.page_size) for n in case.k_lens]
         pages = sum(per_seq) + 1  # one page no sequence references
@@ -156,14 +169,28 @@ def planned_key(case: SweepCase, target: str = "sm_90:132") -> str:
     import fa512
 
     q, k, v, kw = make_call(case, "meta")
+    from fa512.backends.cute import forward_config
+
     plan = fa512.plan(q, k, v, **kw, target=target)
-    return plan.config.with_split(plan.num_splits > 1).key()
+    return forward_config(plan.config, plan.num_splits, plan.combine).key()
+
+
+# `fa512.attention`'s arguments that choose how a kernel computes; the reference takes the rest
+KERNEL_CHOICES = ("kernel", "precision")
+
+
+def reference_of(q, k, v, kw: dict):
+    """`fa512.attention_ref` on a case's call (``kw`` from `make_call`): (out, lse)."""
+    import fa512
+
+    return fa512.attention_ref(q, k, v, **{n: t for n, t in kw.items() if n not in KERNEL_CHOICES})
 
 
 def run_child(cases: list) -> int:
     """Run each case once on the GPU and check it against the reference loosely (the sanitizer
     reports what matters); prints one line per case."""
     import fa512
+    from fa512.backends.cute import forward_config
     from fa512.launch.run import last_launch
 
     bad = 0
@@ -171,10 +198,11 @@ def run_child(cases: list) -> int:
         q, k, v, kw = make_call(case, "cuda")
         out, lse = fa512.attention(q, k, v, **kw)
         torch.cuda.synchronize()
-        ref, _ = fa512.attention_ref(q, k, v, **{n: t for n, t in kw.items() if n != "kernel"})
+        ref, _ = reference_of(q, k, v, kw)
         err = float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
         ran = last_launch.get("config")
-        ok = ran is not None and ran.with_split(last_launch["num_splits"] > 1).key() == case.key and err < 0.1
+        ran_key = ran is not None and forward_config(ran, last_launch["num_splits"], last_launch["combine"]).key()
+        ok = ran_key == case.key and err < 0.1
         bad += not ok
         print(f"{'ok ' if ok else 'BAD'} {case.key}  rel_l2 {err:.1e}  {case.describe()}", flush=True)
     return 1 if bad else 0
