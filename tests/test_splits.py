@@ -139,10 +139,16 @@ def test_plan_fuses_the_combine_where_the_grid_is_resident(kernel, batch, q, k, 
     kw.update(window_left=window, num_splits=splits)
     p = fa512.plan(**kw, kernel=kernel, target="sm_90:132")
     assert p.combine == combine, (p.num_splits, p.ctas)
-    if combine == "fused":
-        from fa512.backends.cute import forward_config
-
-        assert forward_config(p.config, p.num_splits, p.combine).key().endswith("-fused")
+    if kernel == "triton":
+        assert p.kernels == () and "kernels   :" not in p.describe()
+        return
+    # `Plan.kernels` (printed by `fa512 plan`) names what runs: the split or fused forward variant
+    # (not the base config's unsplit key), then the combine kernel where there is one
+    forward, *rest = p.kernels
+    assert forward.endswith("-fused") == (combine == "fused")
+    assert ("-split-" in forward) == (combine != "none") and ("-nosplit-" in forward) == (combine == "none")
+    assert rest == (["combine-bf16"] if combine == "kernel" else [])
+    assert f"kernels   : {', '.join(p.kernels)}" in p.describe()
 
 
 def test_split_model_counts_the_tiles_the_kernel_launches():

@@ -129,6 +129,11 @@ class Backend:
         partials inside the forward instead of in a combine kernel (`Plan.combine`)."""
         return False
 
+    def kernel_names(self, config, num_splits: int, combine: str) -> tuple:
+        """The compiled kernels one call runs, by compile-cache key (`Plan.kernels`); empty for a
+        backend whose kernels have no such names."""
+        return ()
+
     def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
         """Temporary device memory one launch allocates besides lse (``config``: the variant)."""
         return workspace_bytes(num_splits, problem.total_q, problem.num_q_heads)

@@ -343,6 +343,10 @@ class Mma16Backend(Backend):
     def launches(self, num_splits: int, config) -> int:
         return super().launches(num_splits, config) + bool(config.vt_prepass)
 
+    def kernel_names(self, config, num_splits: int, combine: str) -> tuple:
+        return tuple(spec.key() for spec in kernel_specs(config, num_splits, fused=combine == "fused")
+                     if spec is not None)
+
     def fuses_combine(self, config, problem: Problem, num_splits: int, ctas: int, target) -> bool:
         """Split calls whose whole grid is resident at once (one CTA per SM: the fused merge
         polls for its tile's other splits), that have a fused variant (`variant_list`: no local

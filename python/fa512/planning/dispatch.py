@@ -130,12 +130,22 @@ class Plan:
             f"kernel    : {self.kernel}",
             f"precision : {self.precision}",
             f"config    : {self.config}",
+            *([f"kernels   : {', '.join(self.kernels)}"] if self.kernels else []),
             f"num_splits: {self.num_splits} (combine: {self.combine})",
             f"ctas      : {self.ctas} ({self.target.num_sms} SMs), {self.launches} launch(es) per call",
             f"workspace : {self.workspace_bytes} bytes",
             f"why       : {self.reason}",
         ]
         return "\n".join(lines)
+
+    @property
+    def kernels(self) -> tuple:
+        """The compiled kernels a call runs, by compile-cache key: the forward variant (``config``
+        with the split and fused-combine fields this call sets), then the combine and the V^T
+        prepass where it has them. Empty for the reference and Triton."""
+        from ..backends.registry import BACKENDS
+
+        return BACKENDS[self.kernel].kernel_names(self.config, self.num_splits, self.combine)
 
     @property
     def precision(self) -> str:
