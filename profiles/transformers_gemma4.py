@@ -7,6 +7,7 @@ Run from the repository root (no weights are downloaded; transformers 5.17)::
     PYTHONPATH=python:. python3 profiles/transformers_gemma4.py                      # CPU: tiny, float32
     PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 4096    # GPU: bf16, mma16
     PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8
+    PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 4096 --profile   # host time per call
 
 The model has the 31B head layout: 32 query heads; full-attention layers with 4 kv heads of
 head_dim 512 (k = v projection, ``attention_k_eq_v``); sliding layers with 16 kv heads of 256 and a
@@ -131,6 +132,35 @@ def run_impl(model, impl, ids, mask, keep, new_tokens):
     return result
 
 
+def profile_generate(model, impl, ids, mask, new_tokens, rows=20):
+    """One greedy ``generate`` under cProfile (after the timed runs, so nothing compiles): prints the
+    wall time, then the host time per call of the functions in fa512 and in transformers' attention
+    modules that took the most cumulative time. The GPU runs asynchronously, so a function's
+    time is its host work plus any wait for the device inside it (a sync shows up there)."""
+    import cProfile
+    import pstats
+
+    model.set_attn_implementation(impl)
+    prof = cProfile.Profile()
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        prof.enable()
+        model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                       do_sample=False, pad_token_id=0)
+        prof.disable()
+        if ids.is_cuda:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    stats = pstats.Stats(prof).stats  # (file, line, name) -> (calls, prim calls, tottime, cumtime, callers)
+    mine = [(key, v) for key, v in stats.items() if "fa512" in key[0] or "sdpa_attention" in key[0]
+            or key[0].endswith(("modeling_gemma4.py", "masking_utils.py"))]
+    mine.sort(key=lambda kv: kv[1][3], reverse=True)
+    print(f"profile {impl}: generate of {new_tokens} tokens {wall * 1e3:.1f} ms under cProfile; "
+          f"host ms per call (cumulative), calls:")
+    for (path, line, name), (calls, _, _, cum, _) in mine[:rows]:
+        print(f"   {cum / calls * 1e3:8.3f} ms x {calls:5d}  {name} ({path.rpartition('/')[2]}:{line})")
+
+
 def _fmt(x, unit, scale=1.0, digits=1):
     return "-" if x is None else f"{x * scale:.{digits}f} {unit}"
 
@@ -152,6 +182,9 @@ def main(argv=None):
     p.add_argument("--kernel", default="auto", help="fa512 kernel for the d512 layers (default: auto)")
     p.add_argument("--impls", default="fa512,sdpa")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed runs, one more generate per implementation under cProfile: the host "
+                        "time per call of each attention function and of fa512's call path")
     a = p.parse_args(argv)
 
     on_gpu = torch.device(a.device).type == "cuda"
@@ -191,6 +224,10 @@ def main(argv=None):
         print(f"{impl:12s} prefill {_fmt(r['prefill_s'], 'ms', 1e3)}, peak {_fmt(r['prefill_gib'], 'GiB', digits=2)}"
               f" | generate {_fmt(r['generate_s'], 's', digits=2)} (~{decode * 1e3:.1f} ms/token after prefill),"
               f" peak {_fmt(r['generate_gib'], 'GiB', digits=2)} | served {r['served']}")
+
+    if a.profile:
+        for impl in impls:
+            profile_generate(model, impl, ids, mask, a.new_tokens)
 
     done = [r for r in results if "error" not in r]
     for r in done[1:]:

@@ -10,9 +10,11 @@ exactly are delegated to sdpa with one warning. Continuous batching: generate_ba
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
+
 import torch
 
 from helpers import interpreted_triton_fwd, load_profile, rel_l2
@@ -89,6 +91,16 @@ def test_greedy_generation_matches_sdpa(model, profile, pad, cache):
     assert len(set(tokens["sdpa"].flatten().tolist())) > 8, "degenerate generation would not test much"
     # sdpa's own run counts nothing; fa512's: the prefill and 15 decode steps, every d512 layer on fa512
     assert fa512_hf.served == {("fa512", "reference"): 16 * FULL, ("sdpa", "head_dim 256"): 16 * SLIDING}
+
+
+def test_profile_reports_the_host_time_of_the_fa512_calls(model, profile, capsys):
+    """`transformers_gemma4.py --profile`: one generate under cProfile, fa512's call path among the rows."""
+    ids, mask = _prompts(profile, 0)
+    profile.profile_generate(model, "fa512", ids, mask, new_tokens=3)
+    printed = capsys.readouterr().out
+    assert printed.startswith("profile fa512: generate of 3 tokens")
+    # the prefill and 2 decode steps, each through every full layer
+    assert re.search(rf"ms x +{3 * FULL}  _attend \(transformers.py:\d+\)", printed), printed
 
 
 def test_bidirectional_attention_matches_sdpa(profile):
