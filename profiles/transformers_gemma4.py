@@ -21,8 +21,9 @@ kernel variants are compiled or loaded before the clock starts), then a timed pr
 of the last ``--keep`` positions, then ``generate`` for ``--new-tokens`` greedy tokens. Peak memory
 is CUDA's ``max_memory_allocated`` above what the model holds (CPU: not measured). An sdpa that
 runs out of memory (the math path at d512 materialises the scores) is reported, not raised; with
-torch 2.11 on an H200 (2026-12-04) it did not at 32k tokens (peak 10.8 GiB). The last lines compare fa512 with sdpa: rel L2 and max
-abs difference of the kept logits, and the greedy tokens that agree.
+torch 2.11 on an H200 (2026-12-04) it did not at 32k tokens (peak 10.8 GiB). The last lines
+compare fa512 with sdpa: rel L2 and max abs difference of the kept logits, and the greedy tokens
+that agree.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ class _Peak:
         return False
 
 
+def _greedy(model, ids, mask, new_tokens):
+    return model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                          do_sample=False, pad_token_id=0)
+
+
 def run_impl(model, impl, ids, mask, keep, new_tokens):
     """Warm-up, timed prefill and generate with one implementation: a dict of results."""
     model.set_attn_implementation(impl)
@@ -115,14 +121,13 @@ def run_impl(model, impl, ids, mask, keep, new_tokens):
             # Warm-up with the timed shapes: the prefill and the decode steps compile (or load) their
             # own kernel variants, which a shorter warm-up prompt would leave to the timed runs.
             model(ids, attention_mask=mask, logits_to_keep=1)
-            model.generate(ids, attention_mask=mask, max_new_tokens=2, min_new_tokens=2, do_sample=False, pad_token_id=0)
+            _greedy(model, ids, mask, 2)
             with _Peak(device) as peak:
                 logits = model(ids, attention_mask=mask, logits_to_keep=keep).logits
             result.update(prefill_s=peak.seconds, prefill_gib=peak.gib, logits=logits.float().cpu())
             del logits
             with _Peak(device) as peak:
-                out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                     do_sample=False, pad_token_id=0)
+                out = _greedy(model, ids, mask, new_tokens)
             result.update(generate_s=peak.seconds, generate_gib=peak.gib, tokens=out[:, ids.shape[1]:].cpu())
     except oom as e:
         result["error"] = f"out of memory ({str(e).splitlines()[0][:120]})"
@@ -145,8 +150,7 @@ def profile_generate(model, impl, ids, mask, new_tokens, rows=20):
     with torch.no_grad():
         t0 = time.perf_counter()
         prof.enable()
-        model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                       do_sample=False, pad_token_id=0)
+        _greedy(model, ids, mask, new_tokens)
         prof.disable()
         if ids.is_cuda:
             torch.cuda.synchronize()

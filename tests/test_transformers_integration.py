@@ -14,7 +14,6 @@ import re
 import warnings
 
 import pytest
-
 import torch
 
 from helpers import interpreted_triton_fwd, load_profile, rel_l2

@@ -143,8 +143,6 @@ class Plan:
         """The compiled kernels a call runs, by compile-cache key: the forward variant (``config``
         with the split and fused-combine fields this call sets), then the combine and the V^T
         prepass where it has them. Empty for the reference and Triton."""
-        from ..backends.registry import BACKENDS
-
         return BACKENDS[self.kernel].kernel_names(self.config, self.num_splits, self.combine)
 
     @property
