@@ -203,6 +203,9 @@ class SplitKVCombine:
         head = row - token * num_heads
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         scratch = self.row_merge.scratch(storage.scratch.data_ptr())
+        # the next forward (launched with use_pdl) may be scheduled from now on; it waits for this
+        # grid to complete before it reads global memory
+        cute.arch.griddepcontrol_launch_dependents()
         cute.arch.griddepcontrol_wait()  # the forward's partials are complete and visible
         total_valid = mCuSeqlensQ[mCuSeqlensQ.shape[0] - 1]
         if token < total_valid:  # CTA-uniform

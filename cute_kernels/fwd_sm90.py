@@ -326,7 +326,7 @@ class FlashFwdSm90:
             mOPart, mLSEPart, mOut, mLSEOut, mCounters,
             sQ_layout, sQ_in_layout, sKV_layout, sStage_layout, sVt_layout, tiled_mma_qk, tiled_mma_pv,
         ).launch(grid=grid, block=[self.num_threads, 1, 1], stream=stream, min_blocks_per_mp=1,
-                 cooperative=self.cfg.fused_combine)
+                 cooperative=self.cfg.fused_combine, use_pdl=not self.cfg.fused_combine)
 
     # ------------------------------------------------------------------------------------
     # device side
@@ -444,6 +444,10 @@ class FlashFwdSm90:
             sV_tma = storage.sVs.get_tensor(sStage_layout.outer, swizzle=sStage_layout.inner, dtype=kv8)
 
         pipeline_init_wait()
+        # Programmatic dependent launch (the forward is launched with use_pdl): up to here only
+        # this CTA's shared memory and the kernel parameters were touched, which may overlap the
+        # previous kernel's tail; no global memory is read before that grid has completed.
+        cute.arch.griddepcontrol_wait()
         self.tracer.event(warp_idx, "mbarriers initialised, CTA barrier passed", Int32(0), Int32(0))
 
         # Roles first, tile facts after: values computed before setmaxnreg would stay live

@@ -367,6 +367,39 @@ def test_spy_kernel_and_combine_ran(monkeypatch):
     assert fwd_spy.grids[1][1] == 1 * 3  # Hkv * splits programs on grid axis 1
 
 
+class _PointerSpy(_Spy):
+    """A `_Spy` that also records the address of the launch's first argument (q)."""
+
+    def __init__(self, fn):
+        super().__init__(fn)
+        self.q_addresses = []
+
+    def __getitem__(self, grid):
+        launch = super().__getitem__(grid)
+
+        def record(*args, **kwargs):
+            self.q_addresses.append(args[0].data_ptr())
+            return launch(*args, **kwargs)
+
+        return record
+
+
+def test_misaligned_q_is_copied_to_an_aligned_one(monkeypatch):
+    """A q view 2 bytes past a 16-byte boundary: right results, and the kernel is handed an aligned
+    copy, so it runs the aligned specialisation (Triton compiles one per pointer alignment)."""
+    spy = _PointerSpy(triton_fwd._fwd_kernel)
+    monkeypatch.setattr(triton_fwd, "_fwd_kernel", spy)
+    q, k, v, kw = make_case([3, 2], [70, 33], hq=4, hkv=1, kv_dtype=torch.float8_e4m3fn, page_size=16, seed=4)
+    base = torch.empty(q.numel() + 8, dtype=q.dtype, device=q.device)
+    odd = base[1 : 1 + q.numel()].view(q.shape)
+    odd.copy_(q)
+    assert odd.data_ptr() % 16 == 2
+    run_and_check(odd, k, v, kw)
+    run_and_check(q, k, v, kw)
+    assert [a % 16 for a in spy.q_addresses] == [0, 0]
+    assert spy.q_addresses[0] != odd.data_ptr() and spy.q_addresses[1] == q.data_ptr()
+
+
 def test_configs_and_split_planning():
     """Tile choice per target and shape; the planner gets block_m/block_n/ctas_per_sm."""
     q = torch.empty(64, 32, D, dtype=torch.bfloat16, device="meta")

@@ -44,11 +44,15 @@ first use (~1.5 s each: 236 s for 150 cases run in order, H200 2026-12-02), so w
 other than 1 a pool of GPU processes first runs each case's Triton call once, into Triton's own
 disk cache. The cases are shared out by the forward kernel's compile key
 (`triton_compile_key`), so no two processes compile the same specialisation. The kernels do
-not specialise the scalar-load and loop-bound arguments (`triton_fwd._FWD_PLAIN_ARGS`): 123
-compiles for seed 0's 500 cases instead of 513 (``profiles/triton_specialisations.py``, CPU).
+not specialise the scalar-load and loop-bound arguments (`triton_fwd._FWD_PLAIN_ARGS`,
+`_COMBINE_PLAIN_ARGS`), and `triton_fwd.launch` copies a q view at an odd address into an aligned
+one: 89 compiles for seed 0's 500 cases instead of 506 (123 before the q copy and the combine's
+plain split stride; ``profiles/triton_specialisations.py``, CPU, 2026-12-04).
 Cold, on a fresh H200 (2026-12-03), ``--cases 500 --kernel triton`` took 188 s: the pool 162.5 s
 for 143 cache entries, the cases 15 s. Round-robin shares had taken 182.5 s for the same 143, so
 the pool's time is the compiles themselves (~17 s each with 16 running at once), not repeats.
+With the q copy and the plain split stride (H200 2026-12-04, first thing on a fresh machine):
+170 s, the pool 149.5 s for 107 cache entries, the cases 12.1 s.
 """
 
 from __future__ import annotations
