@@ -8,6 +8,7 @@ Run from the repository root (no weights are downloaded; transformers 5.17)::
     PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 4096    # GPU: bf16, mma16
     PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 32768 --new-tokens 8
     PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 4096 --profile   # host time per call
+    PYTHONPATH=python:. python3 profiles/transformers_gemma4.py --prompt-len 4096 --rounds 6  # alternating re-timing
 
 The model has the 31B head layout: 32 query heads; full-attention layers with 4 kv heads of
 head_dim 512 (k = v projection, ``attention_k_eq_v``); sliding layers with 16 kv heads of 256 and a
@@ -163,6 +164,29 @@ def profile_generate(model, impl, ids, mask, new_tokens, rows=20):
           f"host ms per call (cumulative), calls:")
     for (path, line, name), (calls, _, _, cum, _) in mine[:rows]:
         print(f"   {cum / calls * 1e3:8.3f} ms x {calls:5d}  {name} ({path.rpartition('/')[2]}:{line})")
+    syncs = [(name, calls, cum) for (path, _, name), (calls, _, _, cum, _) in stats.items()
+             if path == "~" and any(f"'{n}'" in name for n in _SYNCING)]
+    print(f"   host calls that can wait for the GPU: "
+          + (", ".join(f"{name} x {calls} ({cum * 1e3:.1f} ms)" for name, calls, cum in sorted(syncs)) or "none"))
+
+
+def time_rounds(model, impls, ids, mask, new_tokens, rounds):
+    """``rounds`` more timed ``generate`` calls per implementation, the order alternating (a b, b a,
+    a b, ...) so a drift of the clocks or of the host falls on both: {impl: [ms per token, ...]}.
+    The time per token is the whole generate's over ``new_tokens``, prefill included."""
+    times = {impl: [] for impl in impls}
+    with torch.no_grad():
+        for r in range(rounds):
+            for impl in (impls if r % 2 == 0 else impls[::-1]):
+                model.set_attn_implementation(impl)
+                with _Peak(ids.device) as peak:
+                    _greedy(model, ids, mask, new_tokens)
+                times[impl].append(peak.seconds / new_tokens * 1e3)
+    return times
+
+
+# Host calls that wait for the GPU (a sync removes the overlap of host and device work).
+_SYNCING = ("tolist", "item", "cpu", "synchronize", "_local_scalar_dense", "nonzero")
 
 
 def _fmt(x, unit, scale=1.0, digits=1):
@@ -186,6 +210,8 @@ def main(argv=None):
     p.add_argument("--kernel", default="auto", help="fa512 kernel for the d512 layers (default: auto)")
     p.add_argument("--impls", default="fa512,sdpa")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=0,
+                   help="after the timed runs, this many more timed generates per implementation, alternating")
     p.add_argument("--profile", action="store_true",
                    help="after the timed runs, one more generate per implementation under cProfile: the host "
                         "time per call of each attention function and of fa512's call path")
@@ -228,6 +254,12 @@ def main(argv=None):
         print(f"{impl:12s} prefill {_fmt(r['prefill_s'], 'ms', 1e3)}, peak {_fmt(r['prefill_gib'], 'GiB', digits=2)}"
               f" | generate {_fmt(r['generate_s'], 's', digits=2)} (~{decode * 1e3:.1f} ms/token after prefill),"
               f" peak {_fmt(r['generate_gib'], 'GiB', digits=2)} | served {r['served']}")
+
+    if a.rounds:
+        done_impls = [r["impl"] for r in results if "error" not in r]
+        for impl, ms in time_rounds(model, done_impls, ids, mask, a.new_tokens, a.rounds).items():
+            print(f"{impl:12s} {a.rounds} more generates, alternating: " + " ".join(f"{t:.2f}" for t in ms)
+                  + f" ms/token (median {sorted(ms)[len(ms) // 2]:.2f}, prefill included)")
 
     if a.profile:
         for impl in impls:

@@ -52,6 +52,17 @@ def test_list_needs_no_gpu(capsys):
     assert "fp8_mma" in out and "plans to the same" in out and "plans to sm90" not in out
 
 
+def test_the_child_gets_a_filter_that_starts_with_a_dash():
+    """A key substring such as "-s1-none-paged64-g8-split-" reaches the child as the filter, not as
+    an unknown option (H200 2026-12-04: the child exited with "--only: expected one argument")."""
+    p = argparse.ArgumentParser()
+    sanitize.add_arguments(p)
+    only = "-s1-none-paged64-g8-split-"
+    args = p.parse_args(sanitize.child_command(only)[3:] + ["--child"])
+    assert args.only == only and args.child
+    assert sanitize.sweep_cases(args.only) and all(only in c.key for c in sanitize.sweep_cases(args.only))
+
+
 def test_shards_split_each_group_of_cases_between_them():
     cases = sanitize.sweep_cases()
     for alternate in ("no", "yes", "any"):

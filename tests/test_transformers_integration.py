@@ -102,6 +102,26 @@ def test_profile_reports_the_host_time_of_the_fa512_calls(model, profile, capsys
     assert re.search(rf"ms x +{3 * FULL}  _attend \(transformers.py:\d+\)", printed), printed
 
 
+def test_profile_lists_the_syncing_host_calls(model, profile, capsys):
+    """On CPU the reference kernel reads the sequence metadata to the host (tolist): the profile says so."""
+    ids, mask = _prompts(profile, 0)
+    profile.profile_generate(model, "fa512", ids, mask, new_tokens=2)
+    line = [l for l in capsys.readouterr().out.splitlines() if "can wait for the GPU" in l]
+    assert len(line) == 1 and "'tolist'" in line[0], line
+
+
+def test_rounds_alternate_and_time_every_implementation(model, profile, monkeypatch):
+    """`--rounds`: each round times every implementation once, the order reversed every other round."""
+    order = []
+    real = model.set_attn_implementation
+    monkeypatch.setattr(model, "set_attn_implementation", lambda impl: (order.append(impl), real(impl))[1])
+    ids, mask = _prompts(profile, 0)
+    times = profile.time_rounds(model, ["fa512", "sdpa"], ids, mask, new_tokens=2, rounds=3)
+    assert order == ["fa512", "sdpa", "sdpa", "fa512", "fa512", "sdpa"]
+    assert {impl: len(ms) for impl, ms in times.items()} == {"fa512": 3, "sdpa": 3}
+    assert all(t > 0 for ms in times.values() for t in ms)
+
+
 def test_bidirectional_attention_matches_sdpa(profile):
     bidir = profile.make_model(LAYERS, hidden=64, vocab=VOCAB, heads=HEADS, sliding_window=8, bidirectional="all")
     ids, mask = _prompts(profile, 5)

@@ -21,7 +21,7 @@ per process, and one process per tool over every variant takes far longer than a
 has (racecheck alone ran past 200 s on 10 variants, H200 2026-12-02).
 
     python -m fa512 sanitize --list                 # the cases and the variant each runs (any machine)
-    python -m fa512 sanitize [--tools memcheck,racecheck] [--only KEY_SUBSTRING] [--jobs 8]   # H100/H200
+    python -m fa512 sanitize [--tools memcheck,racecheck] [--only=KEY_SUBSTRING] [--jobs 8]   # H100/H200
 """
 
 from __future__ import annotations
@@ -223,6 +223,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=int, default=900, help="seconds per compute-sanitizer process")
 
 
+def child_command(only: str) -> list:
+    """The command line of a child process over the cases whose keys contain ``only``. The filter
+    goes as ``--only=...``: a key substring may start with "-" ("-s1-none-..."), which argparse
+    would read as an option after a separate ``--only``."""
+    return [sys.executable, "-m", "fa512.tools.sanitize", f"--only={only}"]
+
+
 def _select(cases, alternate: str, shard: str = "0/1"):
     """The cases of one child: the alternating ones or the others (or any), then every n-th
     from the i-th (``shard`` "i/n")."""
@@ -267,7 +274,7 @@ def main(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("fa512 sanitize: needs a CUDA GPU (use --list to see the cases on any machine)", file=sys.stderr)
         return 2
-    me = [sys.executable, "-m", "fa512.tools.sanitize", "--only", args.only]
+    me = child_command(args.only)
     warm = subprocess.run(me + ["--child"], capture_output=True, text=True, timeout=args.timeout)
     print(warm.stdout, end="")
     if warm.returncode:
