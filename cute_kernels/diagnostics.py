@@ -13,7 +13,11 @@ The timeline (``timeline``) uses the same event points to time one CTA without s
 the global timer (ns) into a device int32 buffer of `TIMELINE_WORDS` words, slot (warp, event),
 with relaxed GPU-scope exchanges (no printf, no host memory). An event that repeats (a loop)
 keeps its last time. `decode_timeline` prints each warp's events relative to the earliest
-"start"; profiles/kernel_timeline.py drives it.
+"start"; profiles/kernel_timeline.py drives it. After those words, every CTA (up to
+`CTA_RECORDS_MAX`) has a record of `CTA_WORDS` words that lane 0 of its first consumer warp
+writes: its SM, the global timer at `CTA_EVENTS` and its key-block count (`cta_records`), so the
+whole grid's prologues, block loops, epilogues and the gaps between one CTA and the next on an SM
+can be added up (`cta_phase_summary`).
 """
 
 from __future__ import annotations
@@ -54,6 +58,14 @@ TIMELINE_SLOTS = len(TRACE_EVENTS) + 1  # the events, then the warp's exit
 # TIMELINE_FIRST_WORD) the first one, so a repeated event (one per key block) shows both ends
 TIMELINE_FIRST_WORD = (NUM_THREADS // 32) * TIMELINE_SLOTS * 2
 TIMELINE_WORDS = 2 * TIMELINE_FIRST_WORD
+# Per-CTA records after the timeline words: [SM + 1 (0: no record), the global timer's low word
+# at each of CTA_EVENTS, the tile's key blocks (n_max - n_min), unused], from warp CTA_WARP.
+CTA_EVENTS = ("start", "consumer Q ready", "consumer Q released, epilogue next", "consumer done")
+CTA_WARP = 4  # lane 0 of the first consumer warp
+CTA_WORDS = 8
+CTA_BLOCKS_WORD = 1 + len(CTA_EVENTS)
+CTA_RECORDS_MAX = 1 << 16  # CTAs past this many write no record
+CTA_RECORD_WORDS = CTA_WORDS * CTA_RECORDS_MAX  # the buffer holds TIMELINE_WORDS + this many
 
 
 def decode_trace(words) -> list:
@@ -111,6 +123,50 @@ def timeline_lines(offsets: dict, clock_ghz: float = 0.0) -> list:
     return out
 
 
+def cta_records(words) -> list:
+    """The per-CTA records of a timeline buffer (a list of ints, TIMELINE_WORDS + records), in
+    CTA order: dicts of sm, the global-timer ns of each of `CTA_EVENTS` (under its name; the low
+    32 bits, unwrapped against the record's start) and blocks. CTAs without a record are left out."""
+    out = []
+    for i in range((len(words) - TIMELINE_WORDS) // CTA_WORDS):
+        rec = words[TIMELINE_WORDS + CTA_WORDS * i: TIMELINE_WORDS + CTA_WORDS * (i + 1)]
+        if rec[0] == 0:
+            continue
+        t0 = rec[1] & 0xFFFFFFFF
+        times = {name: t0 + (((rec[1 + e] & 0xFFFFFFFF) - t0) & 0xFFFFFFFF) if rec[1 + e] else None
+                 for e, name in enumerate(CTA_EVENTS)}
+        out.append(dict(cta=i, sm=rec[0] - 1, blocks=rec[CTA_BLOCKS_WORD], **times))
+    return out
+
+
+def cta_phase_summary(records, num_sms: int) -> dict:
+    """What the grid's SM time went to, from `cta_records` (CTAs with every event): the span from
+    the first start to the last done, and, summed over the CTAs in us, "prologue" (start -> Q
+    ready), "blocks" (Q ready -> epilogue next), "epilogue" (-> done) and "between" (an SM's
+    done -> its next CTA's start: exit, scheduling, launch). Each sum is also given as a fraction
+    of num_sms x span ("<phase> share")."""
+    full = [r for r in records if all(r[e] is not None for e in CTA_EVENTS)]
+    if not full:
+        return {}
+    start, ready, epi, done = CTA_EVENTS
+    t0 = min(r[start] for r in full)
+    span = max(r[done] for r in full) - t0
+    sums = {"prologue": sum(r[ready] - r[start] for r in full),
+            "blocks": sum(r[epi] - r[ready] for r in full),
+            "epilogue": sum(r[done] - r[epi] for r in full), "between": 0}
+    by_sm = {}
+    for r in full:
+        by_sm.setdefault(r["sm"], []).append(r)
+    for rs in by_sm.values():
+        rs.sort(key=lambda r: r[start])
+        sums["between"] += sum(max(0, b[start] - a[done]) for a, b in zip(rs, rs[1:]))
+    out = {"ctas": len(full), "sms": len(by_sm), "span_us": span / 1e3}
+    for name, ns in sums.items():
+        out[f"{name}_us"] = ns / 1e3
+        out[f"{name} share"] = ns / (num_sms * span) if span else 0.0
+    return out
+
+
 def decode_timeline(words, clock_ghz: float = 0.0) -> list:
     """Readable lines from one timeline buffer (`timeline_offsets`, `timeline_lines`)."""
     return timeline_lines(timeline_offsets(words), clock_ghz)
@@ -136,6 +192,8 @@ class Tracer:
         0, 4, 8; or, with ``timeline``, the event's clocks. Compiles to nothing without either."""
         if const_expr(self.timeline):
             self._stamp(warp_idx, TRACE_EVENTS.index(what))
+            if const_expr(what in CTA_EVENTS or what == "consumer tile: n_min, n_max"):
+                self._record(warp_idx, what, a, b)
         if const_expr(self.enabled):
             code = TRACE_EVENTS.index(what) + 1
             bidx, bidy, bidz = cute.arch.block_idx()
@@ -171,6 +229,26 @@ class Tracer:
                                       scope="gpu")
 
     @cute.jit
+    def _record(self, warp_idx, what: cutlass.Constexpr[str], a, b):
+        """Lane 0 of warp CTA_WARP of every CTA: this CTA's record (see `cta_records`)."""
+        if warp_idx == CTA_WARP and cute.arch.lane_idx() == 0:
+            bidx, bidy, bidz = cute.arch.block_idx()
+            gdimx, gdimy, _ = cute.arch.grid_dim()
+            cta = bidx + gdimx * (bidy + gdimy * bidz)
+            if cta < CTA_RECORDS_MAX:
+                rec = self.addr + Int64(4) * (Int64(TIMELINE_WORDS) + Int64(CTA_WORDS) * Int64(cta))
+                if const_expr(what in CTA_EVENTS):
+                    word = 1 + CTA_EVENTS.index(what)
+                    cute.arch.atomic_exch(cute.make_ptr(Int32, rec + 4 * word, cute.AddressSpace.gmem),
+                                          cute.arch.globaltimer_lo(), sem="relaxed", scope="gpu")
+                    if const_expr(what == "start"):
+                        cute.arch.atomic_exch(cute.make_ptr(Int32, rec, cute.AddressSpace.gmem),
+                                              Int32(cute.arch.smid()) + 1, sem="relaxed", scope="gpu")
+                else:
+                    cute.arch.atomic_exch(cute.make_ptr(Int32, rec + 4 * CTA_BLOCKS_WORD, cute.AddressSpace.gmem),
+                                          Int32(b - a), sem="relaxed", scope="gpu")
+
+    @cute.jit
     def exit(self):
         """Every warp of every CTA counts itself out (word TRACE_EXIT_WORD); with ``timeline``,
         CTA (0, 0, 0)'s warps stamp their exit."""
@@ -184,5 +262,5 @@ class Tracer:
                 )
 
 
-__all__ = ["TIMELINE_FIRST_WORD", "TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
+__all__ = ["CTA_EVENTS", "CTA_RECORD_WORDS", "CTA_WORDS", "cta_phase_summary", "cta_records", "TIMELINE_FIRST_WORD", "TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
            "decode_trace", "earliest", "timeline_lines", "timeline_offsets", "Tracer"]

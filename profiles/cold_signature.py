@@ -8,7 +8,8 @@ stream stubbed as in ``profiles/host_overhead.py --stub``:
 
     PYTHONPATH=python:. python3 profiles/cold_signature.py [--profile]
 
-Dev VM, 2026-12-04: 16-31 us with the same max_seqlen_k, 316-342 us with a new one each call.
+Dev VM, 2026-12-04: 16-23 us with the same max_seqlen_k, 319-323 us with a new one each call (618
+in a third run, the machine busy; `profiles/results/2026-12-04-h200-s24/cold_signature_cpu.log`).
 """
 
 import argparse
@@ -31,7 +32,9 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="cProfile the new-signature calls")
     a = ap.parse_args(argv)
-    pages_per_seq = KEYS // PAGE + 4
+    # room for every max_seqlen_k the loops use: a bound past the capacity is clamped to it, and
+    # clamped calls would plan one problem (the planner's cache) instead of a new one each
+    pages_per_seq = (2 * KEYS + a.calls) // PAGE + 1
     k = torch.empty(B * pages_per_seq, PAGE, HKV, D, dtype=torch.float8_e4m3fn)
     q = torch.randn(B, HQ, D, dtype=torch.bfloat16)
     kw = dict(page_table=torch.arange(B * pages_per_seq, dtype=torch.int32).view(B, pages_per_seq),

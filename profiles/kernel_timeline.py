@@ -9,7 +9,11 @@ large next to its few key blocks), fp8_mma (or ``--kernel``):
    times, the L2 flushed before each; CTA (0, 0, 0)'s warps stamp the SM clock at every
    trace event (`cute_kernels.diagnostics`): its last occurrence and, for events that repeat
    per key block, its first ("(first)"). Printed: the median cycles after the first warp's
-   start, per warp and event, and the global-timer span of the CTA.
+   start, per warp and event, and the global-timer span of the CTA. Every CTA of the grid also
+   leaves a record (its SM, global-timer stamps at start, Q ready, epilogue next and done, its
+   key blocks: `cute_kernels.diagnostics.cta_records`); printed per run's median: the grid's
+   span and how its SM time divides into prologues, block loops, epilogues and the gaps between
+   one CTA and the next on an SM (`cta_phase_summary`), the fixed per-CTA cost of issue 23.
 2. ``cuts``: the same call with the kernel cut at its entry (`Sm90FwdConfig.stage`: "launch"
    returns at once, "setup" stops after mbarrier init and setmaxnreg) and whole, each timed
    by CUDA-graph replay over rotated inputs (us per launch): the launch and setup floors under
@@ -38,7 +42,8 @@ def main(argv=None) -> int:
         print("kernel_timeline: needs a CUDA GPU", file=sys.stderr)
         return 2
 
-    from cute_kernels.diagnostics import TIMELINE_WORDS, timeline_lines, timeline_offsets
+    from cute_kernels.diagnostics import (CTA_RECORD_WORDS, TIMELINE_WORDS, cta_phase_summary, cta_records,
+                                          timeline_lines, timeline_offsets)
     from fa512.backends.registry import BACKENDS
     from fa512.call import make_call
     from fa512.planning.dispatch import make_plan, target_of
@@ -61,8 +66,9 @@ def main(argv=None) -> int:
 
         # 1. the timeline of CTA (0, 0, 0)
         cfg = plan.config.with_(timeline=True)
-        buf = torch.zeros(TIMELINE_WORDS, dtype=torch.int32, device=device)
-        runs = []
+        buf = torch.zeros(TIMELINE_WORDS + CTA_RECORD_WORDS, dtype=torch.int32, device=device)
+        num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+        runs, phases = [], []
         for r in range(args.runs + 1):
             p, fa, o = prepared[r % len(prepared)]
             buf.zero_()
@@ -70,13 +76,22 @@ def main(argv=None) -> int:
             backend.launch(p, fa, o, config=cfg, trace_addr=buf.data_ptr())
             torch.cuda.synchronize()
             if r:  # the first run compiles / loads
-                runs.append([int(x) & 0xFFFFFFFF for x in buf.tolist()])
+                words = buf.tolist()
+                runs.append([int(x) & 0xFFFFFFFF for x in words[:TIMELINE_WORDS]])
+                phases.append(cta_phase_summary(cta_records(words), num_sms))
         per_run = [timeline_offsets(words) for words in runs]
         median = {k: tuple(statistics.median(r[k][i] for r in per_run if k in r) for i in (0, 1))
                   for k in set().union(*per_run)}
         print(f"   timeline of CTA (0,0,0), median of {len(runs)} runs (L2 flushed before each):")
         for line in timeline_lines(median):
             print("   " + line)
+        phases = [p for p in phases if p]
+        if phases:
+            med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+            print(f"   every CTA, median of {len(phases)} runs: {med['ctas']:.0f} CTAs with all four stamps on "
+                  f"{med['sms']:.0f} SMs, span {med['span_us']:.1f} us; SM time (x {num_sms} SMs x span): "
+                  + ", ".join(f"{k} {med[k + '_us']:.0f} us ({100 * med[k + ' share']:.1f}%)"
+                              for k in ("prologue", "blocks", "epilogue", "between")))
         print(flush=True)
 
         # 2. the cuts, by graph replay

@@ -30,6 +30,7 @@ that agree.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Optional
 
@@ -166,7 +167,7 @@ def profile_generate(model, impl, ids, mask, new_tokens, rows=20):
         print(f"   {cum / calls * 1e3:8.3f} ms x {calls:5d}  {name} ({path.rpartition('/')[2]}:{line})")
     syncs = [(name, calls, cum) for (path, _, name), (calls, _, _, cum, _) in stats.items()
              if path == "~" and any(f"'{n}'" in name for n in _SYNCING)]
-    print(f"   host calls that can wait for the GPU: "
+    print(f"   explicit host reads that wait for the GPU: "
           + (", ".join(f"{name} x {calls} ({cum * 1e3:.1f} ms)" for name, calls, cum in sorted(syncs)) or "none"))
 
 
@@ -185,8 +186,33 @@ def time_rounds(model, impls, ids, mask, new_tokens, rounds):
     return times
 
 
-# Host calls that wait for the GPU (a sync removes the overlap of host and device work).
+# Explicit host reads that wait for the GPU (a sync removes the overlap of host and device work).
+# Implicit ones (bool() of a CUDA tensor) do not show in a profile: `count_syncs` sees those too.
 _SYNCING = ("tolist", "item", "cpu", "synchronize", "_local_scalar_dense", "nonzero")
+
+
+def count_syncs(model, impl, ids, mask, new_tokens):
+    """{(file path, line): count} of the synchronizing CUDA operations in one greedy ``generate``
+    (`torch.cuda.set_sync_debug_mode` "warn": one warning per sync, at the Python line that
+    caused it), or None off CUDA."""
+    import collections
+    import warnings
+
+    if not ids.is_cuda:
+        return None
+    model.set_attn_implementation(impl)
+    seen = collections.Counter()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            _greedy(model, ids, mask, new_tokens)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    for w in caught:
+        if "synchroniz" in str(w.message):
+            seen[w.filename, w.lineno] += 1
+    return dict(seen)
 
 
 def _fmt(x, unit, scale=1.0, digits=1):
@@ -259,11 +285,16 @@ def main(argv=None):
         done_impls = [r["impl"] for r in results if "error" not in r]
         for impl, ms in time_rounds(model, done_impls, ids, mask, a.new_tokens, a.rounds).items():
             print(f"{impl:12s} {a.rounds} more generates, alternating: " + " ".join(f"{t:.2f}" for t in ms)
-                  + f" ms/token (median {sorted(ms)[len(ms) // 2]:.2f}, prefill included)")
+                  + f" ms/token (median {statistics.median(ms):.2f}, prefill included)")
 
     if a.profile:
         for impl in impls:
             profile_generate(model, impl, ids, mask, a.new_tokens)
+            syncs = count_syncs(model, impl, ids, mask, a.new_tokens)
+            if syncs is not None:
+                print(f"   syncs in one generate of {a.new_tokens} tokens ({impl}, set_sync_debug_mode): "
+                      f"{sum(syncs.values())}: " + (", ".join(f"{path.rpartition('/')[2]}:{line} x {n}"
+                                                              for (path, line), n in sorted(syncs.items())) or "none"))
 
     done = [r for r in results if "error" not in r]
     for r in done[1:]:

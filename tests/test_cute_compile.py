@@ -172,6 +172,39 @@ def test_timeline_decoding():
     assert lines[5].endswith("exit") and "(timer   4560 ns)" in lines[5] and len(lines) == 6
 
 
+def test_cta_records_add_up_the_grids_sm_time():
+    """Three CTAs on two SMs: their phases, the gap between two CTAs on SM 5 (and none after the
+    last CTA of an SM), a CTA without a record and one without every stamp left out of the sums,
+    and a global timer that wraps inside a record."""
+    from cute_kernels.diagnostics import CTA_WORDS, TIMELINE_WORDS, cta_phase_summary, cta_records
+
+    words = [0] * (TIMELINE_WORDS + 5 * CTA_WORDS)
+
+    def put(cta, sm, stamps, blocks):
+        words[TIMELINE_WORDS + CTA_WORDS * cta: TIMELINE_WORDS + CTA_WORDS * cta + 6] = [sm + 1, *stamps, blocks]
+
+    put(0, 5, [1000, 3000, 13000, 15000], 8)
+    put(1, 7, [2**32 - 500, 1500, 11500, 12500], 8)  # stamps wrap: start at 2**32 - 500
+    put(3, 5, [17000, 18000, 22000, 23000], 4)  # SM 5 again, 2 us after CTA 0's done
+    put(4, 7, [20000, 21000, 0, 0], 2)  # never reached its epilogue: not in the sums
+    recs = cta_records(words)
+    assert [r["cta"] for r in recs] == [0, 1, 3, 4] and recs[1]["consumer done"] == 2**32 + 12500
+    assert recs[2]["sm"] == 5 and recs[2]["blocks"] == 4 and recs[3]["consumer done"] is None
+    # unwrapped, CTA 1 starts at 2**32 - 500 and the others near 0: put them on one clock
+    for r in recs[:1] + recs[2:3]:
+        for e in ("start", "consumer Q ready", "consumer Q released, epilogue next", "consumer done"):
+            r[e] += 2**32
+    s = cta_phase_summary(recs, num_sms=2)
+    assert (s["ctas"], s["sms"]) == (3, 2)
+    assert s["span_us"] == pytest.approx((2**32 + 23000 - (2**32 - 500)) / 1e3)
+    assert s["prologue_us"] == pytest.approx((2000 + 2000 + 1000) / 1e3)
+    assert s["blocks_us"] == pytest.approx((10000 + 10000 + 4000) / 1e3)
+    assert s["epilogue_us"] == pytest.approx((2000 + 1000 + 1000) / 1e3)
+    assert s["between_us"] == pytest.approx(2.0)
+    assert s["blocks share"] == pytest.approx(24.0 / (2 * s["span_us"]))
+    assert cta_phase_summary([], num_sms=2) == {}
+
+
 def test_default_config_shapes():
     cfg = default_config(kv_dtype="bf16", q_dtype="bf16", mask="causal", paged=True, page_size=16, group=8)
     assert not cfg.can_implement()[0]  # page_size 16 < tile_n: refused with a reason
@@ -482,6 +515,7 @@ def test_diagnostic_stages_compile(stage, trace, timeline, tmp_path):
     else:
         assert ("%globaltimer_lo" in res.ptx) == timeline and ("%clock" in res.ptx) == timeline
         assert ("atom.global.cas" in res.ptx) == timeline  # the first stamp of each event
+        assert ("%smid" in res.ptx) == timeline  # every CTA's record names its SM
         assert rep.ok, rep.problems
         assert "vprintf" not in res.ptx
 

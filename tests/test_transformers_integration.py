@@ -10,6 +10,7 @@ exactly are delegated to sdpa with one warning. Continuous batching: generate_ba
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
@@ -106,8 +107,13 @@ def test_profile_lists_the_syncing_host_calls(model, profile, capsys):
     """On CPU the reference kernel reads the sequence metadata to the host (tolist): the profile says so."""
     ids, mask = _prompts(profile, 0)
     profile.profile_generate(model, "fa512", ids, mask, new_tokens=2)
-    line = [l for l in capsys.readouterr().out.splitlines() if "can wait for the GPU" in l]
+    line = [l for l in capsys.readouterr().out.splitlines() if "wait for the GPU" in l]
     assert len(line) == 1 and "'tolist'" in line[0], line
+
+
+def test_sync_count_is_cuda_only(model, profile):
+    ids, mask = _prompts(profile, 0)
+    assert profile.count_syncs(model, "fa512", ids, mask, new_tokens=2) is None
 
 
 def test_rounds_alternate_and_time_every_implementation(model, profile, monkeypatch):
@@ -368,3 +374,21 @@ def test_gpu_bf16_left_padded_batch_matches_sdpa(profile):
     assert rel_l2(logits["fa512"][valid], logits["sdpa"][valid]) <= 1e-2
     assert torch.equal(tokens["fa512"], tokens["sdpa"])
     assert fa512_hf.served[("fa512", "mma16")] == 9 and len(fa512_hf.served) == 2
+
+
+@pytest.mark.gpu
+def test_gpu_unpadded_generation_has_no_fa512_sync(profile):
+    """An unpadded greedy generate: the d512 layers run on mma16 and no line of fa512 (its
+    transformers integration included) makes the host wait for the GPU (the syncs transformers
+    makes itself, e.g. its per-token stop check, are not fa512's)."""
+    model = _gpu_model(profile)
+    ids, mask = profile.make_prompts(1, 512, GPU_VOCAB, seed=7, device="cuda")
+    model.set_attn_implementation("fa512")
+    with torch.no_grad():
+        profile._greedy(model, ids, mask, 2)  # compile or load the kernels outside the count
+    fa512_hf.reset()
+    syncs = profile.count_syncs(model, "fa512", ids, mask, new_tokens=4)
+    assert fa512_hf.served == {("fa512", "mma16"): 4, ("sdpa", "head_dim 256"): 4 * 5}
+    package = os.path.dirname(fa512_hf.__file__).rpartition(os.sep)[0]  # .../python/fa512
+    mine = {where: n for where, n in syncs.items() if where[0].startswith(package)}
+    assert not mine, mine
