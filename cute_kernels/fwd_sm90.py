@@ -222,7 +222,7 @@ class FlashFwdSm90:
         window_right: Int32,
         max_seqlen_q: Int32,
         num_splits: Int32,
-        trace_addr: Int64,  # cfg.trace: host-mapped int32[TRACE_BUFFER_WORDS]; cfg.timeline: device int32[TIMELINE_WORDS]; else 0
+        trace_addr: Int64,  # cfg.trace: host-mapped int32[TRACE_BUFFER_WORDS]; cfg.timeline: device int32[TIMELINE_WORDS + CTA_RECORD_WORDS]; else 0
         mOut: Optional[cute.Tensor],  # fused_combine: (total_q, Hq, 512) q dtype, the merged output
         mLSEOut: Optional[cute.Tensor],  # fused_combine: (Hq, total_q) fp32
         mCounters: Optional[cute.Tensor],  # fused_combine: zeroed int32 (>= 2 x tiles,): arrivals, departures
