@@ -58,9 +58,16 @@ def test_the_child_gets_a_filter_that_starts_with_a_dash():
     p = argparse.ArgumentParser()
     sanitize.add_arguments(p)
     only = "-s1-none-paged64-g8-split-"
-    args = p.parse_args(sanitize.child_command(only)[3:] + ["--child"])
-    assert args.only == only and args.child
-    assert sanitize.sweep_cases(args.only) and all(only in c.key for c in sanitize.sweep_cases(args.only))
+    args = p.parse_args([f"--only={only}", "--jobs", "2"])
+    cases = sanitize.sweep_cases(args.only)
+    assert cases and all(only in c.key for c in cases)
+    jobs, verdicts = sanitize.sanitizer_jobs(args, cases)
+    assert {label for label, _ in jobs} == set(verdicts) == {"memcheck", "racecheck", "synccheck", "initcheck"}
+    for _, cmd in jobs:  # what each child process parses: the sweep's own filter and cases
+        child = cmd[cmd.index("fa512.tools.sanitize") + 1:]
+        parsed = p.parse_args(child)
+        assert parsed.child and parsed.only == only
+        assert sanitize._select(sanitize.sweep_cases(parsed.only), parsed.alternate, parsed.shard)
 
 
 def test_shards_split_each_group_of_cases_between_them():

@@ -263,6 +263,28 @@ class Verdict:
         return ("no summary" if self.count < 0 else "FAILED"), True
 
 
+def sanitizer_jobs(args: argparse.Namespace, cases) -> tuple:
+    """([(label, compute-sanitizer command line)], {label: Verdict}): per tool, one group of
+    cases (racecheck: the alternating layout's apart, its hazards a known limitation), shared out
+    over at most ``args.jobs`` child processes."""
+    me = child_command(args.only)
+    jobs, verdicts = [], {}
+    for tool in args.tools.split(","):
+        groups = [("no", False), ("yes", True)] if tool == "racecheck" else [("any", False)]
+        for alternate, known in groups:
+            selected = _select(cases, alternate)
+            if not selected:
+                continue
+            label = f"{tool}{' (alternating layout)' if alternate == 'yes' else ''}"
+            verdicts[label] = Verdict(tool, known)
+            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20"]
+            cmd += ["--racecheck-report", "all"] if tool == "racecheck" else []
+            shards = max(1, min(args.jobs, len(selected)))
+            jobs += [(label, cmd + me + ["--child", "--alternate", alternate, "--shard", f"{i}/{shards}"])
+                     for i in range(shards)]
+    return jobs, verdicts
+
+
 def main(args: argparse.Namespace) -> int:
     cases = sweep_cases(args.only)
     if args.list:
@@ -280,20 +302,7 @@ def main(args: argparse.Namespace) -> int:
     if warm.returncode:
         print(f"warm-up run failed (rc {warm.returncode}):\n{warm.stderr[-3000:]}")
         return 1
-    jobs, verdicts = [], {}
-    for tool in args.tools.split(","):
-        groups = [("no", False), ("yes", True)] if tool == "racecheck" else [("any", False)]
-        for alternate, known in groups:
-            selected = _select(cases, alternate)
-            if not selected:
-                continue
-            label = f"{tool}{' (alternating layout)' if alternate == 'yes' else ''}"
-            verdicts[label] = Verdict(tool, known)
-            cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20"]
-            cmd += ["--racecheck-report", "all"] if tool == "racecheck" else []
-            shards = max(1, min(args.jobs, len(selected)))
-            jobs += [(label, cmd + me + ["--child", "--alternate", alternate, "--shard", f"{i}/{shards}"])
-                     for i in range(shards)]
+    jobs, verdicts = sanitizer_jobs(args, cases)
 
     def run(job):
         label, cmd = job
