@@ -12,8 +12,8 @@ reference within `TOLERANCES`; a given ``out``'s other rows and padding untouche
 the metadata unchanged. fp8_mma is compared (loosely) with the reference and, tightly
 (`EMULATION_BAR`), with `fa512.numerics.emulation` of the variant and split count that ran.
 ``KernelUnavailableError`` and the documented TMA-alignment ValueError are refusals, counted per
-kernel, not failures; the Triton interpreter skips bf16 cases (docs/toolchain.md: it computes
-bf16 wrongly). Any other exception is a failure. A CUDA error ends the run (the context is gone).
+kernel, not failures; the Triton interpreter skips bf16 cases (the interpreter computes bf16
+wrongly: a known trap of the CPU toolchain). Any other exception is a failure. A CUDA error ends the run (the context is gone).
 
 Reading a failure
 -----------------

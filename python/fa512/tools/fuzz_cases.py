@@ -28,7 +28,7 @@ What a case draws
 - masks: causal (window_right -1 or 0, with or without window_left), full, local windows
   (left only, right only, both, zero-width);
 - descales None / () / (1,) / (Hkv,) / (B, Hkv) per q, k, v, as views with offsets, stride 2,
-  or transposed; num_splits 0 (planned) or 1..32; max_seqlen_q / _k exact, loose or defaulted;
+  or transposed; num_splits 0 (planned) or 1..MAX_SPLITS (256); max_seqlen_q / _k exact, loose or defaulted;
 - with an fp8 cache, ``precision`` "auto" / "fast" / "accurate" (a named fp8_mma refuses an
   accurate call it has no variant for; "auto" then plans another kernel);
 - q as a contiguous tensor, a head slice, the q part of a fused qkv buffer, or (rarely) a view
