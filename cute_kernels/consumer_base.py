@@ -64,6 +64,7 @@ class ConsumerArgs(NamedTuple):
     mKDescale: object
     mVDescale: object
     scale_log2: object  # softmax_scale * log2(e)
+    mCuSeqlensQ: object  # (B + 1,) int32: the staged epilogue reads q_start again from it
 
 
 def make_warpgroup_mma(dtype, tile_m: int, n: int, a_in_regs: bool = False,

@@ -492,6 +492,7 @@ class FlashFwdSm90:
                     args = ConsumerArgs(
                         storage, sQ, sQ_in, sK, sV, sK_tma, sV_tma, sVt_layout, pipe_q, pipe_kf, pipe_vf,
                         tiled_mma_qk, tiled_mma_pv, mO_rows, mLSE_rows, mQDescale, mKDescale, mVDescale, scale_log2,
+                        mCuSeqlensQ,
                     )
                     self.consumer.consume(wg_idx - 1, tidx % 128, args, t)
                     if const_expr(self.cfg.fused_combine):  # the K ring is dead: the merge's scratch

@@ -42,3 +42,15 @@ def bank_conflict_degree(addrs: list) -> int:
     """How many of one matrix phase's eight 16-byte rows share a 16-byte bank column."""
     cols = [(a // 16) % 8 for a in addrs]
     return max(cols.count(c) for c in cols)
+
+
+def stmatrix_x4(smem: list, addrs: list, words: list) -> None:
+    """stmatrix.sync.aligned.m8n8.x4.b16 on a shared memory of 16-bit slots: row r of matrix i
+    goes to the 16 bytes at byte address ``addrs[8 i + r]``; its elements 2q, 2q + 1 are lane
+    (4 r + q)'s word i, given here as a pair of element values (low half first)."""
+    for i in range(4):
+        for r in range(8):
+            for q in range(4):
+                lo, hi = words[4 * r + q][i]
+                smem[addrs[8 * i + r] // 2 + 2 * q] = lo
+                smem[addrs[8 * i + r] // 2 + 2 * q + 1] = hi
