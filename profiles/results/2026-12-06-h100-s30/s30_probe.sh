@@ -1,19 +1,13 @@
 #!/usr/bin/env bash
 # Session 30's GPU chain for the decode_alt patch (temporary; DSL env sourced, repository root =
 # main): racecheck with the merge's new barrier id, the two-stream fault taken apart, and the
-# three-stage graph crash case by case. Logs in /root/keep; `poll` as wip_probe.sh's.
+# three-stage graph crash case by case. Logs in /root/keep; `poll` is wip_probe.sh's.
 #   bash profiles/s30_probe.sh start && bash profiles/s30_probe.sh poll 540
+# (as run in session 30, from profiles/; kept here with its logs)
 set -u
 KD=/root/keep
-if [ "${1:-}" = poll ]; then
-  end=$(( $(date +%s) + ${2:-500} ))
-  while [ "$(date +%s)" -lt $end ]; do
-    grep -q "ALL DONE" $KD/progress.txt 2>/dev/null && break
-    sleep 5
-  done
-  mkdir -p "${OUT:-out}" && tar czf "${OUT:-out}/keep.tgz" -C $KD . 2>/dev/null
-  cat $KD/progress.txt 2>/dev/null; exit 0
-fi
+# poll: wip_probe.sh's (same /root/keep, same "ALL DONE" line)
+[ "${1:-}" = poll ] && exec bash profiles/wip_probe.sh poll "${2:-500}"
 if [ "${1:-}" = start ]; then
   rm -rf $KD && mkdir -p $KD
   ( setsid nohup bash profiles/s30_probe.sh chain > $KD/chain.log 2>&1 < /dev/null & )
