@@ -2,6 +2,7 @@
 
   python3 profiles/decode_alt_probe.py streams   # test_many_splits' two-stream case, taken apart
   python3 profiles/decode_alt_probe.py graph CASE  # one latency case captured and replayed
+  python3 profiles/decode_alt_probe.py b8 [SPLITS] # decode B=8 x 8k 8/1 eager, against the emulation
 
 streams: the two decode calls of `test_gpu_fused_combine_on_two_streams_at_once_matches_one_at_a_time`
 (4 sequences of 0, 1, 3000, 16384 keys, 32 splits, fused combine), each run alone twice on the
@@ -9,6 +10,7 @@ default stream, alone on a fresh stream, then both at once on two streams 20 tim
 against the emulation of the variant that ran, and which sequence differs from the first run.
 graph: `bench.bench_latency` of one latency case (name substring) in this process, so that a crash
 names its case (run it under `python3 -X faulthandler`).
+b8: the case that faulted at three stages (session 30), one eager call (for compute-sanitizer).
 """
 
 from __future__ import annotations
@@ -44,25 +46,49 @@ def _diff(a, b):
     return rows
 
 
+def _emulation(q, k, v, kw, cfg):
+    """The emulation of variant ``cfg`` on the call's inputs (kw: the op's keywords)."""
+    from fa512.numerics.emulation import emulate_attention, fp8_mma_design
+
+    return emulate_attention(q, k, v, **{a: b for a, b in kw.items() if a != "kernel"}, design=fp8_mma_design(cfg))
+
+
+def _vs(res, emu, rows):
+    from fa512.tools.fuzz import compare
+
+    m = compare(res[0], res[1], emu[0], emu[1], rows)
+    return f"emu rel_l2 {m['rel_l2']:.2e} lse {m.get('lse_err', 0):.2e}"
+
+
+def b8(splits: int = 0):
+    import fa512
+    from fa512.launch.run import last_launch
+    from helpers import make_problem
+
+    q, k, v, kw = make_problem([1] * 8, [8192] * 8, hq=8, hkv=1, page_size=64, q_dtype=torch.bfloat16,
+                               kv_dtype=torch.float8_e4m3fn, seed=3, device="cuda")
+    kw = dict(kw, causal=True, kernel="fp8_mma", **({"num_splits": splits} if splits else {}))
+    res = fa512.attention(q, k, v, **kw)
+    torch.cuda.synchronize()
+    cfg = last_launch["config"]
+    print("ran", last_launch["kernel"], last_launch["num_splits"], last_launch.get("combine"), cfg.layout,
+          "stages", cfg.kv_stages, flush=True)
+    kw["num_splits"] = last_launch["num_splits"]
+    print(_vs(res, _emulation(q, k, v, kw, cfg), 8), flush=True)
+
+
 def streams():
     fa512, calls = _calls()
     from fa512.launch.run import last_launch
-    from fa512.numerics.emulation import emulate_attention, fp8_mma_design
-    from fa512.tools.fuzz import compare
 
     first = [fa512.attention(q, k, v, **kw) for q, k, v, kw in calls]
     torch.cuda.synchronize()
     cfg = last_launch["config"]
     print("ran", last_launch["kernel"], last_launch.get("combine"), cfg.layout, "stages", cfg.kv_stages, flush=True)
-    design = fp8_mma_design(cfg.with_split(True))
-    emu = []
-    for q, k, v, kw in calls:
-        e_kw = {a: b for a, b in kw.items() if a not in ("kernel",)}
-        emu.append(emulate_attention(q, k, v, **e_kw, design=design))
+    emu = [_emulation(q, k, v, kw, cfg.with_split(True)) for q, k, v, kw in calls]
 
     def vs_emu(i, res):
-        m = compare(res[0], res[1], emu[i][0].to(res[0].device), emu[i][1].to(res[1].device), 4)
-        return f"emu rel_l2 {m['rel_l2']:.2e} lse {m.get('lse_err', 0):.2e}"
+        return _vs(res, emu[i], 4)
 
     for i in range(2):
         print(f"call {i} first run: {vs_emu(i, first[i])}", flush=True)
@@ -110,5 +136,7 @@ def graph(name: str):
 if __name__ == "__main__":
     if sys.argv[1] == "streams":
         streams()
+    elif sys.argv[1] == "b8":
+        b8(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     else:
         graph(sys.argv[2])
