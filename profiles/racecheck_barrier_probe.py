@@ -13,6 +13,14 @@ time, as the kernel's per-warpgroup ids are.
     PYTHONPATH=python:. compute-sanitizer --tool racecheck python3 profiles/racecheck_barrier_probe.py --mode sync
 
 Either way the copied words must equal what was written (checked, printed last).
+
+``--mode merge`` is the "decode_alt" tile's merge (session 31): each warpgroup first syncs
+``--local0`` / ``--local1`` times on a 128-thread barrier of its own (4 + w: the per-block
+max exchange and P^T hand-off, one pair per own key block), then both write 128 words, both
+``bar.sync`` on barrier 8 (256 threads) and each reads the other's words. Equal counts are the
+control; unequal ones are a tile whose key block count is odd.
+
+    PYTHONPATH=python:. compute-sanitizer --tool racecheck python3 profiles/racecheck_barrier_probe.py --mode merge --local0 3 --local1 1
 """
 
 from __future__ import annotations
@@ -66,6 +74,37 @@ class HandOff:
             out[tidx - 128] = total
 
 
+class MergeAfterLocal:
+    """Both warpgroups write, sync on one 256-thread barrier, read the other's words; before
+    that each syncs ``locals_[w]`` times on a 128-thread barrier of its own."""
+
+    def __init__(self, local0: int, local1: int):
+        self.locals_ = (local0, local1)
+
+    @cute.jit
+    def __call__(self, out: cute.Tensor, one: Int32, stream: cuda.CUstream):
+        MemRange, Align = cute.struct.MemRange, cute.struct.Align
+        self.storage = cute.struct(type("S", (), {"__annotations__": {"w": Align[MemRange[Int32, 2 * WORDS], 16]}}))
+        self.kernel(out, one).launch(grid=(1, 1, 1), block=(256, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, out: cute.Tensor, one: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        words = storage.w.get_tensor(cute.make_layout(2 * WORDS))
+        wg = tidx // 128
+        t = tidx % 128
+        if tidx < 128:
+            for _ in cutlass.range_constexpr(self.locals_[0]):
+                cute.arch.barrier(barrier_id=4, number_of_threads=128)
+        else:
+            for _ in cutlass.range_constexpr(self.locals_[1]):
+                cute.arch.barrier(barrier_id=5, number_of_threads=128)
+        words[tidx] = tidx * 7 + 1
+        cute.arch.barrier(barrier_id=8, number_of_threads=256)
+        out[tidx] = words[(1 - wg) * WORDS + t]
+
+
 def compile_probe(writer_waits: bool, arch_options: str = "", id_in_register: bool = False):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
@@ -77,9 +116,25 @@ def main() -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("arrive", "sync"), default="arrive")
+    p.add_argument("--mode", choices=("arrive", "sync", "merge"), default="arrive")
     p.add_argument("--id-in-register", action="store_true", help="barrier id computed at run time")
+    p.add_argument("--local0", type=int, default=3, help="merge: warpgroup 0's own-barrier syncs first")
+    p.add_argument("--local1", type=int, default=1, help="merge: warpgroup 1's")
     args = p.parse_args()
+    if args.mode == "merge":
+        from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+        fake = make_fake_tensor(Int32, (2 * WORDS,), (1,), assumed_align=16)
+        fn = cute.compile(MergeAfterLocal(args.local0, args.local1), fake, Int32(1), make_fake_stream(),
+                          options="--enable-tvm-ffi")
+        out = torch.zeros(2 * WORDS, dtype=torch.int32, device="cuda")
+        fn(out, 1, torch.cuda.current_stream().cuda_stream)
+        torch.cuda.synchronize()
+        tid = torch.arange(2 * WORDS, device="cuda", dtype=torch.int32)
+        ok = torch.equal(out, ((tid + WORDS) % (2 * WORDS)) * 7 + 1)
+        print(f"racecheck barrier probe, merge after {args.local0} / {args.local1} own-barrier syncs: "
+              f"{'values ok' if ok else 'VALUES WRONG'}")
+        return 0 if ok else 1
     fn = compile_probe(args.mode == "sync", id_in_register=args.id_in_register)
     out = torch.zeros(WORDS, dtype=torch.int32, device="cuda")
     fn(out, 1, torch.cuda.current_stream().cuda_stream)
