@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Session 31's extra GPU steps for wip_session.sh (temporary; run by its FIRST / BESIDE from the
-# chain's snapshot of main, DSL env sourced; the tree /root/wip_final = main + decode_alt.patch):
-#   FIRST="bash profiles/s31_steps.sh first" BESIDE="bash profiles/s31_steps.sh beside"
+# Session 31's extra GPU steps for wip_session.sh (temporary; run by its BESIDE, beside the GPU
+# suite, from the chain's snapshot of main, DSL env sourced; /root/wip_final = main + decode_alt.patch;
+# the latency A/B is the chain's AB=final, after the suite, with K=fp8_mma):
+#   K=fp8_mma PATCHES= FINAL=decode_alt AB=final BESIDE="bash profiles/s31_steps.sh beside" \
+#     bash profiles/wip_session.sh start
 set -u
 KD=/root/keep
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 T=/root/wip_final
 in_final() { ( cd $T && PYTHONPATH=python:.:tests FA512_CACHE_DIR=/root/cache_wip_final "$@" ); }
 case $1 in
-  first)
+  beside)
     # 1. does racecheck order a 256-thread merge by barrier counts? (3/1: a one-block CTA's counts)
     timeout 60 python3 profiles/racecheck_barrier_probe.py --mode merge
     for lc in "3 1" "1 1" "3 3" "1 3"; do
@@ -21,9 +23,7 @@ case $1 in
     echo "== b8 eager"; in_final timeout 200 python3 profiles/decode_alt_probe.py b8
     echo "== b8 eager, 32 splits"; in_final timeout 200 python3 profiles/decode_alt_probe.py b8 32
     echo "== b8 memcheck"; in_final timeout 300 $CS --tool memcheck python3 profiles/decode_alt_probe.py b8 2>&1 | tail -4
-    # 3. the latency A/B on the quiet GPU: main + the patch against main, alternating
-    K=fp8_mma FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh $T . new base base new ;;
-  beside)
+    # 3. memcheck and racecheck over every decode_alt variant
     in_final timeout 600 python3 -m fa512 sanitize --tools memcheck,racecheck --only=decode_alt --jobs 8 \
       > $KD/sanitize_decode_alt.log 2>&1
     echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" ;;
