@@ -8,7 +8,7 @@ set -u
 KD=/root/keep
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 T=/root/wip_final
-in_final() { ( cd $T && PYTHONPATH=python:.:tests FA512_CACHE_DIR=/root/cache_wip_final "$@" ); }
+in_final() { ( cd $T && PYTHONPATH=python:.:tests:${PYTHONPATH:-} FA512_CACHE_DIR=/root/cache_wip_final "$@" ); }
 case $1 in
   beside)
     # 1. does racecheck order a 256-thread merge by barrier counts? (3/1: a one-block CTA's counts)
@@ -28,3 +28,19 @@ case $1 in
       > $KD/sanitize_decode_alt.log 2>&1
     echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" ;;
 esac
+# second start (the first's kernel half failed one test the patch had not updated, and its
+# probes ran without the DSL on the path): the fixed tree, its emulation GPU tests, the probes and
+# sanitize, then the latency A/B against the first chain's snapshot of main (its cache is filled). Run
+# from that snapshot: cp profiles/wip/decode_alt.patch profiles/s31_steps.sh into /root/chain_main first
+if [ "$1" = again ]; then
+  t0=$(date +%s); log() { echo "$(( $(date +%s) - t0 ))s $*" >> $KD/progress.txt; }
+  mkdir -p $KD && rm -f $KD/progress.txt
+  OUT=$KD bash profiles/wip_trees.sh build_set final decode_alt >> $KD/progress.txt 2>&1
+  in_final timeout 200 python3 -m pytest -q -m gpu tests/test_emulation.py > $KD/emulation_gpu.log 2>&1
+  log "emulation gpu tests: $(tail -n 1 $KD/emulation_gpu.log)"
+  K=fp8_mma FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh $T /root/chain_main new base base new >> $KD/progress.txt 2>&1
+  log "ab done"
+  bash profiles/s31_steps.sh beside > $KD/beside.log 2>&1
+  log "beside: $(tail -n 1 $KD/beside.log)"
+  log "ALL DONE"
+fi
