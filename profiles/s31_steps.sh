@@ -29,18 +29,27 @@ case $1 in
     echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" ;;
 esac
 # second start (the first's kernel half failed one test the patch had not updated, and its
-# probes ran without the DSL on the path): the fixed tree, its emulation GPU tests, the probes and
-# sanitize, then the latency A/B against the first chain's snapshot of main (its cache is filled). Run
-# from that snapshot: cp profiles/wip/decode_alt.patch profiles/s31_steps.sh into /root/chain_main first
+# probes ran without the DSL on the path), on a fresh machine: a snapshot of main with its cache
+# and the fixed tree with its own, filled; the latency A/B on the quiet GPU; then the emulation
+# GPU tests beside the probes and sanitize. Detached: `bash profiles/s31_steps.sh again_start`,
+# then `bash profiles/wip_probe.sh poll 500` (same /root/keep, same "ALL DONE").
+if [ "$1" = again_start ]; then
+  rm -rf $KD /root/chain_main && mkdir -p $KD /root/chain_main
+  tar --exclude=./.device --exclude=./profiles/results -cf - . | tar -xf - -C /root/chain_main
+  ( cd /root/chain_main && setsid nohup bash profiles/s31_steps.sh again > $KD/chain.log 2>&1 < /dev/null & )
+  sleep 1; echo started; exit 0
+fi
 if [ "$1" = again ]; then
   t0=$(date +%s); log() { echo "$(( $(date +%s) - t0 ))s $*" >> $KD/progress.txt; }
-  mkdir -p $KD && rm -f $KD/progress.txt
   OUT=$KD bash profiles/wip_trees.sh build_set final decode_alt >> $KD/progress.txt 2>&1
-  in_final timeout 200 python3 -m pytest -q -m gpu tests/test_emulation.py > $KD/emulation_gpu.log 2>&1
-  log "emulation gpu tests: $(tail -n 1 $KD/emulation_gpu.log)"
-  K=fp8_mma FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh $T /root/chain_main new base base new >> $KD/progress.txt 2>&1
+  OUT=$KD bash profiles/wip_trees.sh fill final >> $KD/progress.txt 2>&1
+  log "filled"
+  K=fp8_mma FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh $T . new base base new >> $KD/progress.txt 2>&1
   log "ab done"
+  in_final timeout 300 python3 -m pytest -q -m gpu tests/test_emulation.py > $KD/emulation_gpu.log 2>&1 &
   bash profiles/s31_steps.sh beside > $KD/beside.log 2>&1
+  wait
+  log "emulation gpu tests: $(tail -n 1 $KD/emulation_gpu.log)"
   log "beside: $(tail -n 1 $KD/beside.log)"
   log "ALL DONE"
 fi
