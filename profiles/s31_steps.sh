@@ -47,7 +47,11 @@ if [ "$1" = again ]; then
   K=fp8_mma FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh $T . new base base new >> $KD/progress.txt 2>&1
   log "ab done"
   in_final timeout 300 python3 -m pytest -q -m gpu tests/test_emulation.py > $KD/emulation_gpu.log 2>&1 &
-  bash profiles/s31_steps.sh beside > $KD/beside.log 2>&1
+  # (device time is short: the racecheck probe ran in the first start; b8 runs inside the A/B's
+  # latency case "decode B=8")
+  in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=decode_alt --jobs 8 \
+    > $KD/sanitize_decode_alt.log 2>&1
+  echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" > $KD/beside.log
   wait
   log "emulation gpu tests: $(tail -n 1 $KD/emulation_gpu.log)"
   log "beside: $(tail -n 1 $KD/beside.log)"
