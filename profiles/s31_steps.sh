@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 31's extra GPU steps for wip_session.sh (temporary; run by its BESIDE, beside the GPU
+# Session 31's (and 32's `sanitize`) extra GPU steps for wip_session.sh (temporary; run by its BESIDE, beside the GPU
 # suite, from the chain's snapshot of main, DSL env sourced; /root/wip_final = main + decode_alt.patch;
 # the latency A/B is the chain's AB=final, after the suite, with K=fp8_mma):
 #   K=fp8_mma PATCHES= FINAL=decode_alt AB=final BESIDE="bash profiles/s31_steps.sh beside" \
@@ -24,6 +24,10 @@ case $1 in
     echo "== b8 eager, 32 splits"; in_final timeout 200 python3 profiles/decode_alt_probe.py b8 32
     echo "== b8 memcheck"; in_final timeout 300 $CS --tool memcheck python3 profiles/decode_alt_probe.py b8 2>&1 | tail -4
     # 3. memcheck and racecheck over every decode_alt variant
+    in_final timeout 600 python3 -m fa512 sanitize --tools memcheck,racecheck --only=decode_alt --jobs 8 \
+      > $KD/sanitize_decode_alt.log 2>&1
+    echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" ;;
+  sanitize)  # session 32: only memcheck and racecheck over the decode_alt variants, in final
     in_final timeout 600 python3 -m fa512 sanitize --tools memcheck,racecheck --only=decode_alt --jobs 8 \
       > $KD/sanitize_decode_alt.log 2>&1
     echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" ;;
