@@ -56,7 +56,14 @@ if [ "$1" = again ]; then
   in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=decode_alt --jobs 8 \
     > $KD/sanitize_decode_alt.log 2>&1
   echo "sanitize rc=$? $(grep -E 'clean|FAILED' $KD/sanitize_decode_alt.log | tr '\n' ' ')" > $KD/beside.log
+  # session 33: racecheck per block count (profiles/racecheck_alt_cases.py), one process each
+  for c in ns2 ns1 ns3 fu2 fu1 fu3 fue; do
+    in_final timeout 240 $CS --tool racecheck python3 profiles/racecheck_alt_cases.py $c > $KD/race_$c.log 2>&1 &
+  done
   wait
+  for c in ns2 ns1 ns3 fu2 fu1 fu3 fue; do
+    log "race $c: $(grep -E '^(ok|BAD) ' $KD/race_$c.log | cut -c1-40) $(grep -E 'RACECHECK SUMMARY' $KD/race_$c.log)"
+  done
   log "emulation gpu tests: $(tail -n 1 $KD/emulation_gpu.log)"
   log "beside: $(tail -n 1 $KD/beside.log)"
   log "ALL DONE"
