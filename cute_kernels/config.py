@@ -32,7 +32,7 @@ MMA_PATHS = ("bf16", "f16", "fp8_dequant", "fp8_mma")
 FP8_PATHS = ("fp8_dequant", "fp8_mma")
 MASKS = ("none", "causal", "local")
 KV_LAYOUTS = ("packed", "paged")
-LAYOUTS = ("split_d", "alternate", "decode")  # consumer layouts, see Sm90FwdConfig.layout
+LAYOUTS = ("split_d", "alternate", "decode", "decode_alt")  # consumer layouts, see Sm90FwdConfig.layout
 DTYPES = ("bf16", "f16")
 DESCALE_NAMES = ("q", "k", "v")
 
@@ -42,6 +42,7 @@ DESCALE_NAMES = ("q", "k", "v")
 # survive it (min subnormal 2^-9: P down to ~2^-18 of the row max rounds to nonzero, 2^-10
 # without the offset).
 P_OFFSET_FP8 = 8.0
+DECODE_QUERY_ROWS = 8  # query rows of a decode tile: the N of the transposed MMAs (`decode_pv.QUERIES`)
 E4M3_MAX = 448.0
 
 # f16 ring depth of the dequant control's converter warps (`Sm90FwdConfig.cvt_warps`): Q 64 KB +
@@ -91,7 +92,7 @@ class Sm90FwdConfig:
         Write fp32 partial (O, lse) per split (the split count is a run-time argument).
     descale : (bool, bool, bool)
         Whether q/k/v descale tensors are passed ((B, Hkv) float32 views, any strides).
-    layout : "split_d" | "alternate" | "decode"
+    layout : "split_d" | "alternate" | "decode" | "decode_alt"
         How the two consumer warpgroups share a key block (one consumer module each):
         "split_d" (`cute_kernels.consumer_split_d`, every MMA path): warpgroup w computes Q.K^T
         over its own half of d and the two fp32 partial S tiles are summed through smem, so no
@@ -103,6 +104,12 @@ class Sm90FwdConfig:
         "decode" (`cute_kernels.consumer_decode`, fp8_mma tiles of at most 8 query rows): the
         split-d exchange with each k-step of Q.K^T in a spare M row of its own (`qk_rows`), and
         at tile_n=64 P.V computed as O^T = V^T P^T (`pv_transposed`).
+        "decode_alt" (`cute_kernels.consumer_decode_alt`, fp8_mma tiles of at most 8 query rows,
+        tile_n=64, two K/V stages: stage w holds warpgroup w's blocks): everything transposed,
+        S^T = K Q^T and O^T = V^T P^T over all of d, and the warpgroups take the key blocks in
+        turn, each with its own softmax state, merged once after the last block; each k-step of
+        S^T is a product of its own as in `qk_rows`. Its Q tile is the 8 query rows
+        (`q_tile_rows`).
     producer_regs, consumer_regs : int
         setmaxnreg budgets; (producer + 2 x consumer) x 128 must fit the CTA register pool
         (`REGISTER_POOL` = 168 x 384 = 64512), or the consumers' setmaxnreg.inc never returns.
@@ -178,6 +185,13 @@ class Sm90FwdConfig:
         return TILE_M
 
     @property
+    def q_tile_rows(self) -> int:
+        """Rows of the Q tile in shared memory (and of its TMA box): the tile_m rows, except the
+        "decode_alt" tile, whose S^T = K Q^T reads only its 8 query rows (`DECODE_QUERY_ROWS`);
+        its tiles hold at most that many packed rows, so they are the whole of m block 0."""
+        return DECODE_QUERY_ROWS if self.layout == "decode_alt" else TILE_M
+
+    @property
     def head_dim(self) -> int:
         return HEAD_DIM
 
@@ -229,11 +243,18 @@ class Sm90FwdConfig:
 
     @property
     def qk_rows(self) -> bool:
-        return self.layout == "decode"
+        """Each k=32 step of QK^T a product of its own with its own Q scale (`Design.qk_rows`)."""
+        return self.layout in ("decode", "decode_alt")
 
     @property
     def pv_transposed(self) -> bool:
-        return self.layout == "decode" and self.tile_n == 64
+        return self.layout == "decode_alt" or (self.layout == "decode" and self.tile_n == 64)
+
+    @property
+    def wg_blocks(self) -> bool:
+        """The warpgroups take the key blocks in turn, each with its own softmax state merged at
+        the end (`fa512.numerics.emulation.Design.wg_blocks`): layout "decode_alt"."""
+        return self.layout == "decode_alt"
 
     @property
     def cvt_warps(self) -> bool:
@@ -331,8 +352,8 @@ class Sm90FwdConfig:
         return {
             "barriers": 8 * (2 + 4 * self.kv_stages),
             "sQscale": 2 * TILE_M * 4,  # per-row e4m3 scales of Q, one vector per d half
-            "sQ": TILE_M * HEAD_DIM * _dtype_bytes(self.q_dtype),
-            "sQ8": TILE_M * HEAD_DIM,
+            "sQ": self.q_tile_rows * HEAD_DIM * _dtype_bytes(self.q_dtype),
+            "sQ8": self.q_tile_rows * HEAD_DIM,
             "sK": self.kv_stages * kv,
             "sV": self.kv_stages * kv,
         }
@@ -384,6 +405,10 @@ class Sm90FwdConfig:
             return False, f"layout {self.layout!r} not in {LAYOUTS}"
         if self.layout != "split_d" and self.mma_path != "fp8_mma":
             return False, f"layout {self.layout!r} is built for fp8_mma only, got mma_path {self.mma_path!r}"
+        if self.layout == "decode_alt" and (self.tile_n, self.kv_stages) != (64, 2):
+            return False, ("layout 'decode_alt' reads V^T from the stage by ldmatrix (tile_n 64) and gives each "
+                           f"warpgroup its own K/V stage: tile_n 64 with two K/V stages, got {self.tile_n} / "
+                           f"{self.kv_stages}")
         if self.layout == "alternate" and (self.tile_n, self.kv_stages) != (64, 2):
             return False, ("layout 'alternate' takes V^T from the prepass in 64-key blocks and gives each "
                            f"warpgroup its own K stage: tile_n 64 with two K/V stages, got {self.tile_n} / "
@@ -419,6 +444,6 @@ class Sm90FwdConfig:
 
 
 __all__ = [
-    "Sm90FwdConfig", "P_OFFSET_FP8", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M",
+    "Sm90FwdConfig", "P_OFFSET_FP8", "DECODE_QUERY_ROWS", "E4M3_MAX", "DEQUANT_Q_REG_STEPS", "CVT_F16_STAGES", "HEAD_DIM", "TILE_M",
     "SPLIT_BLOCK", "SMEM_LIMIT", "REGISTER_POOL", "LAUNCH_REGS", "NUM_THREADS", "STAGES", "LAYOUTS",
 ]

@@ -278,7 +278,7 @@ class ConsumerBase:
 
     # -- fp8_mma: the spent q-dtype Q tile, reused (config.Sm90FwdConfig._fp8_mma_smem_plan) ----
     def q_half_bytes(self) -> int:
-        return self.tile_m * self.half_d * self.q_dtype.width // 8
+        return self.cfg.q_tile_rows * self.half_d * self.q_dtype.width // 8
 
     def q_half_ptr(self, storage, wg, byte_offset: int):
         """Byte pointer into warpgroup wg's half of the (spent) q-dtype Q tile (fp8_mma)."""

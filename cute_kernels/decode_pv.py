@@ -41,11 +41,12 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass import Float8E4M3FN, Float32, Int32, Uint32, const_expr
 from cutlass.cute.nvgpu import warpgroup
 
+from .config import DECODE_QUERY_ROWS
 from .dsl_utils import byte_perm_var, ldmatrix_x4_trans
 from .fp8_operands import PRMT_EVEN_D, PRMT_ODD_D, vt_word_index
 from .fragments import wgmma
 
-QUERIES = 8  # N of the transposed MMA: the decode tile's rows of real queries
+QUERIES = DECODE_QUERY_ROWS  # N of the transposed MMA: the decode tile's rows of real queries
 M_TILES = 4  # m64 tiles of d per warpgroup (256 d)
 K_STEPS = 2  # k32 steps per 64-key block
 PT_BYTES = QUERIES * 64  # one P^T buffer (8 rows x 64 keys e4m3)

@@ -89,7 +89,8 @@ def _scale_exponent(amax: Float32) -> Int32:
 
 @cute.jit
 def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32,
-                    k_step_rows: cutlass.Constexpr[bool] = False, sQlo_words=None):
+                    k_step_rows: cutlass.Constexpr[bool] = False, sQlo_words=None,
+                    k_step_scales: cutlass.Constexpr[bool] = False):
     """sQ8 (64, 256) e4m3 <- sQ_in (64, 256) bf16/f16 / scale[row]; sScale (64,) fp32 <- scale.
 
     Thread t handles the 16 columns of chunk t % 16 in rows t // 16 + 8 i; the 16 threads of a
@@ -101,11 +102,15 @@ def quantize_q_half(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, t
     ``sQlo_words`` (`Sm90FwdConfig.two_term`, k_step_rows only) the residual Q_lo =
     e4m3(Q s - Q_hi) of the 8 query rows goes there as well, compact (row r, 256 bytes), for
     `q_lo_fragment`.
+
+    ``k_step_scales`` (layout "decode_alt", whose S^T = K Q^T reads Q rows 0..7 as they are):
+    the scales of ``k_step_rows`` (k-step i of query row r: sScale[r + 8 i]) with the values
+    in place, row r, and no zero rows.
     """
     rows = cute.size(sQ_in, mode=[0])
     chunk = tidx_wg % 16
-    if const_expr(k_step_rows):
-        _quantize_q_k_steps(sQ_in, sQ8, sScale, tidx_wg, rows, sQlo_words)
+    if const_expr(k_step_rows or k_step_scales):
+        _quantize_q_k_steps(sQ_in, sQ8, sScale, tidx_wg, rows, sQlo_words, in_place=k_step_scales)
     else:
         for i in cutlass.range_constexpr(rows // 8):
             row = tidx_wg // 16 + 8 * i
@@ -142,13 +147,14 @@ def _scaled_e4m3(vals, k: Int32, r_out: cute.Tensor):
 
 @cute.jit
 def _quantize_q_k_steps(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tensor, tidx_wg: Int32,
-                        rows: cutlass.Constexpr[int], sQlo_words=None):
+                        rows: cutlass.Constexpr[int], sQlo_words=None, in_place: cutlass.Constexpr[bool] = False):
     """`quantize_q_half` with ``k_step_rows``. Thread t holds chunk c = t % 16 of query row
     r = t // 16, one half of k-step c // 2: one load, the k-step's amax over the lane pair
     (chunks 2i and 2i + 1 are neighbouring lanes), then row 8 (c // 2) + r of sQ8 gets the
     scaled values and the thread's seven other rows 8 i + r get zeros. The same bytes as
     looping over the eight k-steps with the other chunks masked to zero, which loaded and
-    reduced every chunk eight times."""
+    reduced every chunk eight times. ``in_place``: the scaled values go to row r itself and
+    no zeros are written (`quantize_q_half`'s ``k_step_scales``)."""
     chunk = tidx_wg % 16
     src_row = tidx_wg // 16
     step = chunk // 2
@@ -162,12 +168,15 @@ def _quantize_q_k_steps(sQ_in: cute.Tensor, sQ8: cute.Tensor, sScale: cute.Tenso
     r_zero_words = cute.make_rmem_tensor((1, 4), Uint32)
     r_zero_words.fill(0)
     r_zero = cute.recast_tensor(r_zero_words, Float8E4M3FN)
-    for i in cutlass.range_constexpr(rows // 8):
-        dst = cute.local_tile(sQ8, (1, 16), (src_row + 8 * i, chunk))
-        if step == i:
-            cute.autovec_copy(r_q, dst)
-        else:
-            cute.autovec_copy(r_zero, dst)
+    if const_expr(in_place):
+        cute.autovec_copy(r_q, cute.local_tile(sQ8, (1, 16), (src_row, chunk)))
+    else:
+        for i in cutlass.range_constexpr(rows // 8):
+            dst = cute.local_tile(sQ8, (1, 16), (src_row + 8 * i, chunk))
+            if step == i:
+                cute.autovec_copy(r_q, dst)
+            else:
+                cute.autovec_copy(r_zero, dst)
     if chunk % 2 == 0:
         sScale[src_row + 8 * step] = bits_f32((127 + k) << 23)
     if const_expr(sQlo_words is not None):  # Q_lo = e4m3(Q s - Q_hi): Q s is exact, one rounding

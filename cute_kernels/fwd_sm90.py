@@ -26,6 +26,7 @@ from .config import CVT_F16_STAGES, HEAD_DIM, SMEM_LIMIT, Sm90FwdConfig
 from .consumer_alternate import BAR_P_FREE, BAR_P_FULL, AlternateConsumer
 from .consumer_base import BAR_S_READY, BAR_X_FREE, DTYPES, ConsumerArgs, make_warpgroup_mma
 from .consumer_decode import DecodeConsumer
+from .consumer_decode_alt import BAR_DECODE_MERGE, BAR_DECODE_MERGE_WRITTEN, DecodeAltConsumer
 from .consumer_split_d import SplitDConsumer
 from .converter import DequantConverter
 from .diagnostics import Tracer
@@ -37,7 +38,8 @@ from .producer import TmaProducer
 from .softmax import LOG2_E
 from .tile_scheduler import SingleTileScheduler
 
-_CONSUMERS = {"split_d": SplitDConsumer, "alternate": AlternateConsumer, "decode": DecodeConsumer}
+_CONSUMERS = {"split_d": SplitDConsumer, "alternate": AlternateConsumer, "decode": DecodeConsumer,
+              "decode_alt": DecodeAltConsumer}
 
 
 class FlashFwdSm90:
@@ -106,11 +108,13 @@ class FlashFwdSm90:
         if not ok:
             raise ValueError(f"fa512: Sm90FwdConfig cannot be built: {why}")
         self.cfg = config
-        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n, config.layout != "alternate",
-                                  qk_rows=config.qk_rows)
+        self.path = make_mma_path(config.mma_path, config.q_dtype, config.tile_n,
+                                  config.layout not in ("alternate", "decode_alt"),
+                                  qk_rows=config.layout == "decode", k_step_scales=config.layout == "decode_alt")
         self.dtype = self.path.mma_dtype  # MMA operand dtype (f16 for the dequant path)
         self.q_dtype = DTYPES[config.q_dtype]  # Q as it arrives (TMA'd as is)
         self.tile_m = config.tile_m
+        self.q_rows = config.q_tile_rows  # rows of the Q tile in smem and of its TMA box
         self.tile_n = config.tile_n
         self.head_dim = HEAD_DIM
         self.half_d = HEAD_DIM // 2
@@ -119,8 +123,9 @@ class FlashFwdSm90:
         self.paged = config.is_paged
         self.fp8_mma = config.mma_path == "fp8_mma"
         self.cvt_warps = config.cvt_warps  # fp8_dequant: converter warps fill f16 rings
-        self.alternate = config.layout == "alternate"  # key blocks taken in turn, P shared through smem
-        self.k_reader_warps = 4 if self.alternate else 8  # warps that release each K stage (consumer side)
+        # warps that release each K (and, decode_alt, each V) stage: the block's warpgroup only
+        self.k_reader_warps = 4 if config.layout in ("alternate", "decode_alt") else 8
+        self.v_reader_warps = 4 if config.layout == "decode_alt" else 8
         pipeline_checks.check_register_split(
             config.producer_regs, config.consumer_regs, self.num_consumer_wgs, self.num_threads
         )
@@ -128,9 +133,11 @@ class FlashFwdSm90:
             {"S_READY": BAR_S_READY, "X_FREE0": BAR_X_FREE, "X_FREE1": BAR_X_FREE + 1,
              "WG_LOCAL0": BAR_WG_LOCAL, "WG_LOCAL1": BAR_WG_LOCAL + 1, "Q_READY": BAR_Q_READY,
              "P_FULL0": BAR_P_FULL, "P_FULL1": BAR_P_FULL + 1, "P_FREE0": BAR_P_FREE, "P_FREE1": BAR_P_FREE + 1,
-             "MERGE": BAR_MERGE},
+             "MERGE": BAR_MERGE, "DECODE_MERGE": BAR_DECODE_MERGE,
+             "DECODE_MERGE_WRITTEN": BAR_DECODE_MERGE_WRITTEN},
             {"S_READY": 256, "X_FREE": 256, "WG_LOCAL": 128, "Q_READY": 256, "P_FULL": 256, "P_FREE": 256,
-             "MERGE": MERGE_THREADS},
+             "MERGE": MERGE_THREADS, "DECODE_MERGE": 256,
+             "DECODE_MERGE_WRITTEN": 256},
         )
         pipeline_checks.check_smem(config.smem_bytes(), SMEM_LIMIT)
         # the roles
@@ -150,9 +157,9 @@ class FlashFwdSm90:
         sVt, whose rows are tile_n bytes (64 B or 32 B swizzle). With ``vt_prepass`` sVt is the
         V ring itself: (256, tile_n, 2 x stages), d half h of stage s at slab h * stages + s."""
         atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.dtype)
-        sQ = cute.tile_to_shape(atom, (self.tile_m, self.head_dim), order=(0, 1))
+        sQ = cute.tile_to_shape(atom, (self.q_rows, self.head_dim), order=(0, 1))
         atom_q = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, self.q_dtype)
-        sQ_in = cute.tile_to_shape(atom_q, (self.tile_m, self.head_dim), order=(0, 1))
+        sQ_in = cute.tile_to_shape(atom_q, (self.q_rows, self.head_dim), order=(0, 1))
         mma_stages = self.path.mma_stages(self.stages)
         sKV = cute.tile_to_shape(atom, (self.tile_n, self.head_dim, mma_stages), order=(0, 1, 2))
         sStage = None
@@ -240,7 +247,7 @@ class FlashFwdSm90:
         tma_op = cpasync.CopyBulkTensorTileG2SOp()
         q_rows = self._packed_rows_view(mQ)
         tma_atom_q, tma_q = cpasync.make_tiled_tma_atom(
-            tma_op, q_rows, sQ_in_layout, ((self.group, self.tile_m // self.group), self.head_dim)
+            tma_op, q_rows, sQ_in_layout, ((self.group, self.q_rows // self.group), self.head_dim)
         )
         tma_atom_k, tma_k = cpasync.make_tiled_tma_atom(
             tma_op, kv_tma_view(mK, self.paged), sKV_tma_layout, (self.tile_n, self.head_dim)
@@ -257,16 +264,21 @@ class FlashFwdSm90:
         self.kv_bytes = cute.size_in_bytes(mK.element_type, cute.select(sKV_tma_layout, mode=[0, 1]))
         pipeline_checks.check_tma_pipeline(
             "Q", producer_arrives=1, consumer_warps=8, consumer_arrives=8,
-            tx_bytes=self.q_bytes, boxes_bytes=self.tile_m * self.head_dim * self.q_dtype.width // 8,
+            tx_bytes=self.q_bytes, boxes_bytes=self.q_rows * self.head_dim * self.q_dtype.width // 8,
         )
         kv_consumer_warps = CVT_THREADS // 32 if const_expr(self.cvt_warps) else 8  # converter or consumer warps
         pipeline_checks.check_tma_pipeline(
             "K/V", producer_arrives=1, consumer_warps=kv_consumer_warps, consumer_arrives=kv_consumer_warps,
             tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
         )
-        if const_expr(self.alternate):  # a K block is read by the warpgroup whose turn it is
+        if const_expr(self.k_reader_warps == 4):  # a K block is read by the warpgroup whose turn it is
             pipeline_checks.check_tma_pipeline(
                 "K", producer_arrives=1, consumer_warps=4, consumer_arrives=self.k_reader_warps,
+                tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
+            )
+        if const_expr(self.v_reader_warps == 4):  # decode_alt: so is its V block
+            pipeline_checks.check_tma_pipeline(
+                "V", producer_arrives=1, consumer_warps=4, consumer_arrives=self.v_reader_warps,
                 tx_bytes=self.kv_bytes, boxes_bytes=self.path.kv_tile_bytes(self.tile_n, self.head_dim),
             )
 
@@ -399,15 +411,18 @@ class FlashFwdSm90:
             consumer_group=consumer_warps, tx_count=self.q_bytes, defer_sync=True,
         )
         k_readers = kv_readers
-        if const_expr(self.alternate):
+        v_readers = kv_readers
+        if const_expr(self.k_reader_warps == 4):
             k_readers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.k_reader_warps)
+        if const_expr(self.v_reader_warps == 4):
+            v_readers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.v_reader_warps)
         pipe_k = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_k.data_ptr(), num_stages=self.stages, producer_group=tma_group,
             consumer_group=k_readers, tx_count=self.kv_bytes, defer_sync=True,
         )
         pipe_v = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.mbar_v.data_ptr(), num_stages=self.stages, producer_group=tma_group,
-            consumer_group=kv_readers, tx_count=self.kv_bytes, defer_sync=True,
+            consumer_group=v_readers, tx_count=self.kv_bytes, defer_sync=True,
         )
         # cvt_warps: converter threads -> consumer threads (every thread arrives on both sides)
         pipe_kf, pipe_vf = pipe_k, pipe_v

@@ -196,7 +196,8 @@ class Fp8MmaPath:
     q_dtype_name: str  # "bf16" | "f16"
     tile_n: int
     shared_q: bool = False  # layout "alternate": each warpgroup's QK^T reads the whole e4m3 Q tile
-    qk_rows: bool = False  # Sm90FwdConfig.qk_rows: one 32-d chunk of a query row per M row
+    qk_rows: bool = False  # layout "decode": one 32-d chunk of a query row per M row
+    k_step_scales: bool = False  # layout "decode_alt": query rows in place, a scale per 32-d chunk
 
     @property
     def mma_dtype(self):
@@ -223,7 +224,7 @@ class Fp8MmaPath:
         to the wgmma (async proxy) and its scales to the threads that read them: this
         warpgroup's, or both warpgroups' when each computes QK^T over all of d (``shared_q``).
         ``sQlo_words``: the decode tile's compact Q_lo as well (`Sm90FwdConfig.two_term`)."""
-        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, self.qk_rows, sQlo_words)
+        quantize_q_half(sQ_in_w, sQ_mma_w, sScale_w, tidx_wg, self.qk_rows, sQlo_words, self.k_step_scales)
         cute.arch.fence_view_async_shared()
         if const_expr(self.shared_q):
             cute.arch.barrier(barrier_id=BAR_Q_READY, number_of_threads=256)
@@ -354,13 +355,14 @@ def zero_half_tile_rows(dst: cute.Tensor, dst_base, rows: cutlass.Constexpr[int]
                 cute.autovec_copy(zeros, dst[units[u] + 8 * 8 * i, None])
 
 
-def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, qk_rows: bool = False):
+def make_mma_path(mma_path: str, q_dtype: str, tile_n: int, split_d: bool = True, qk_rows: bool = False,
+                  k_step_scales: bool = False):
     if mma_path in ("bf16", "f16"):
         return Mma16Path(mma_path, tile_n)
     if mma_path == "fp8_dequant":
         return DequantFp8Path(q_dtype, tile_n)
     if mma_path == "fp8_mma":
-        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, qk_rows=qk_rows)
+        return Fp8MmaPath(q_dtype, tile_n, shared_q=not split_d, qk_rows=qk_rows, k_step_scales=k_step_scales)
     raise ValueError(f"unknown mma_path {mma_path!r}")
 
 

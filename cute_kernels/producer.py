@@ -23,6 +23,8 @@ class TmaProducer:
 
     def __init__(self, cfg, tracer):
         self.tile_m = cfg.tile_m
+        # rows of the Q box: tile_m, or the 8 of a "decode_alt" tile (always m block 0)
+        self.q_rows = cfg.q_tile_rows
         self.tile_n = cfg.tile_n
         self.head_dim = cfg.head_dim
         self.half_d = cfg.head_dim // 2
@@ -42,7 +44,7 @@ class TmaProducer:
         """Q once, then K[hi], (K[n], V[n+1])..., V[lo]."""
         gQ = cute.local_tile(
             cute.domain_offset(((0, q_start), 0, 0), tma_q),
-            ((self.group, self.tile_m // self.group), self.head_dim),
+            ((self.group, self.q_rows // self.group), self.head_dim),
             (m_block, 0, tile_head),
         )
         tQsQ, tQgQ = cpasync.tma_partition(

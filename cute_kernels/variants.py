@@ -75,6 +75,11 @@ def default_config(
             # 106% vs 87% of copy bandwidth (docs/sm90_kernel.md), so only precision="accurate"
             # takes them.
             regs = dict(layout="decode", two_term=accurate and tile_n == 64)
+            if tile_n == 64 and not accurate:
+                # the transposed tile whose warpgroups take the key blocks in turn
+                # (`Sm90FwdConfig.layout` "decode_alt", two stages: stage w is warpgroup w's);
+                # the two-term mode keeps "decode"
+                regs = dict(layout="decode_alt")
         elif mask != "local" and max_seqlen_k >= PV_PROMOTE_MIN_KEYS:
             regs = dict(producer_regs=24, consumer_regs=240, pv_promote=True)
             if tile_n == 64 and max_seqlen_q * pack > TILE_M:

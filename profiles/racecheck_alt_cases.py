@@ -6,7 +6,7 @@ variants: the sweep's split cases are the only ones whose CTAs hold an odd numbe
 (1 each), while its unsplit cases hold 4 and 2. These cases separate the candidates: an odd count
 unsplit (ns1, ns3: warpgroup 1's idle barrier pair), an even count split (fu2), a warpgroup 1 with
 no block of its own (ns1, fu1) against one with one (ns3, fu3), empty split CTAs beside even ones
-(fue). Needs the decode_alt patch's tree (`profiles/wip/decode_alt.patch`):
+(fue). Session 33 (H100, 2026-12-07, the patch's tree, now main): 0 hazards in every case.
 
     PYTHONPATH=python:. compute-sanitizer --tool racecheck python3 profiles/racecheck_alt_cases.py ns1
     python3 profiles/racecheck_alt_cases.py --list

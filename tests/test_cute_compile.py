@@ -50,7 +50,7 @@ def test_variant_list_is_buildable_and_keys_unique():
         assert cfg.smem_bytes() <= SMEM_LIMIT
     short = variant_list(full=False)
     assert all(cfg in variants for cfg in short)
-    assert {cfg.layout for cfg in short} == {"split_d", "alternate", "decode"}
+    assert {cfg.layout for cfg in short} == {"split_d", "alternate", "decode", "decode_alt"}
 
 
 def _dispatch_inputs(cfg):
@@ -224,12 +224,18 @@ def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
     for keys in (4096, PV_PROMOTE_MIN_KEYS):
         for split in (False, True):
             cfg = default_config(max_seqlen_k=keys, max_seqlen_q=1, split=split, **kw)
-            assert cfg.layout == "decode" and cfg.qk_rows and not cfg.pv_promote and cfg.can_implement()[0]
-            assert cfg.key().endswith("-decode-r40-232") and cfg.with_split(not split).qk_rows
+            # tile_n=64: the transposed tile whose warpgroups take the blocks in turn
+            assert cfg.layout == "decode_alt" and cfg.qk_rows and cfg.wg_blocks and not cfg.pv_promote
+            assert cfg.can_implement()[0]
+            assert cfg.key().endswith("-decode_alt-r40-232") and cfg.with_split(not split).qk_rows
             assert cfg.pv_transposed and not cfg.vt_prepass  # P.V as O^T = V^T P^T (`cute_kernels.decode_pv`)
-            # Q and P as two e4m3 terms (tile_n=64) for precision="accurate" only
+            # two K/V stages (stage w holds warpgroup w's blocks) beside its 8-row Q tile
+            assert (cfg.kv_stages, cfg.q_tile_rows) == (2, 8) and cfg.smem_bytes() <= SMEM_LIMIT
+            assert cfg.smem_bytes() < cfg.with_(layout="decode").smem_bytes()  # the 64-row Q tile
+            # Q and P as two e4m3 terms (tile_n=64, layout "decode") for precision="accurate" only
             accurate = default_config(max_seqlen_k=keys, max_seqlen_q=1, split=split, accurate=True, **kw)
-            assert not cfg.two_term and accurate == cfg.with_(two_term=True)
+            assert not cfg.two_term and accurate == cfg.with_(layout="decode", two_term=True, kv_stages=2)
+            assert not accurate.wg_blocks and not cfg.with_(two_term=True).can_implement()[0]
             assert accurate.key().endswith("-decode-r40-232-2term") and accurate.can_implement()[0]
     assert QK_ROWS_MAX_QUERY_ROWS == 8
     assert not default_config(max_seqlen_k=4096, max_seqlen_q=2, **kw).qk_rows  # 16 rows
@@ -238,7 +244,8 @@ def test_fp8_mma_decode_tiles_spread_qk_over_their_rows():
     assert not default_config(max_seqlen_k=4096, max_seqlen_q=1, **{**kw, "fp8_mma": False}).qk_rows
     base = default_config(max_seqlen_k=4096, max_seqlen_q=1, **kw)
     for bad, word in ((dict(mma_path="bf16"), "fp8_mma"), (dict(mma_path="fp8_dequant"), "fp8_mma"),
-                      (dict(pv_promote=True, producer_regs=24, consumer_regs=240), "split_d")):
+                      (dict(pv_promote=True, producer_regs=24, consumer_regs=240), "split_d"),
+                      (dict(tile_n=32, kv_stages=4), "decode_alt"), (dict(kv_stages=3), "its own K/V stage")):
         ok, why = base.with_(**bad).can_implement()
         assert not ok and word in why, bad
     # page sizes that take tile_n=32 keep the V^T tile (and are compiled)
@@ -424,12 +431,15 @@ COMPILE_CASES = [
     (default_config(**_FP8_KW, max_seqlen_q=1, split=True, accurate=True),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x64x32.F32.E4M3.E4M3/RS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
     (default_config(**_FP8_KW, max_seqlen_q=1),
+     {"QGMMA.64x8x32.F32.E4M3.E4M3/SS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
+    # the decode layout the two-term (accurate) mode keeps
+    (default_config(**_FP8_KW, max_seqlen_q=1).with_(layout="decode", kv_stages=2),
      {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
     (default_config(**{**_FP8_KW, "mask": "none", "page_size": 32}, max_seqlen_q=1),
      {"QGMMA.64x32x32.F32.E4M3.E4M3/SS", "QGMMA.64x256x32.F32.E4M3.E4M3/RS"}),
     # the same decode tile with the combine fused in (the merge after the epilogue)
     (default_config(**_FP8_KW, max_seqlen_q=1, split=True).with_(fused_combine=True),
-     {"QGMMA.64x64x32.F32.E4M3.E4M3/SS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
+     {"QGMMA.64x8x32.F32.E4M3.E4M3/SS", "QGMMA.64x8x32.F32.E4M3.E4M3/RS"}),
 ]
 
 
@@ -447,31 +457,38 @@ def test_fwd_compiles_for_sm90a(cfg, shapes, tmp_path):
     rep = inspect_cubin(cubin, cfg.key(), res.seconds, res.smem_struct_bytes, expect_mma="qgmma" if fp8 else "hgmma")
     assert rep.ok, rep.problems
     assert set(rep.hgmma) == shapes
-    # split_d and decode: QK is K=256 per warpgroup -> 256/16 (16-bit) or 256/32 (e4m3)
-    # instructions per copy, 2 copies (first block + loop); q_reg_steps of the 16 from registers, RS
-    qk_shapes = [s for s in shapes if s.endswith("/SS") and f"x{cfg.tile_n}x" in s]
-    if cfg.q_reg_steps:
-        qk_rs = f"HGMMA.64x{cfg.tile_n}x16.F32/RS"
-        assert rep.hgmma[qk_rs] == 2 * cfg.q_reg_steps
-        qk_shapes.append(qk_rs)
-    qk_k = 512 if cfg.layout == "alternate" else 256
-    # alternate: each warpgroup's code is its own copy (static barrier ids): WG 0's first block and
-    # loop, WG 1's loop; its P.V from smem in both loops and both last blocks
-    copies = 3 if cfg.layout == "alternate" else 2
-    assert sum(rep.hgmma[s] for s in qk_shapes) == copies * qk_k // (32 if fp8 else 16)
-    if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted,
-        # x 4 m64 tiles of d when transposed; x 2 terms), and two-term Q's k-steps of QK^T again, RS
-        slices = 4 if cfg.pv_promote or cfg.pv_transposed else 1
-        terms = 2 if cfg.two_term else 1
-        pv = next(s for s in shapes if s.endswith("/RS") and not (cfg.two_term and f"x{cfg.tile_n}x32" in s))
-        assert rep.hgmma[pv] == copies * slices * cfg.tile_n // 32 * terms
-        if cfg.two_term:
-            assert rep.hgmma[f"QGMMA.64x{cfg.tile_n}x32.F32.E4M3.E4M3/RS"] == copies * 256 // 32
-        if cfg.layout == "alternate":
-            assert rep.hgmma["QGMMA.64x256x32.F32.E4M3.E4M3/SS"] == 4 * cfg.tile_n // 32
-            assert "fence.proxy.async.shared::cta" in res.ptx
-            for bar in range(9, 13):  # P_FULL[w] and P_FREE[w] are arrived on, with immediate ids
-                assert f"bar.arrive {bar}, 256;" in res.ptx
+    if cfg.layout == "decode_alt":
+        # each warpgroup's code is its own copy with a first block and a loop: S^T as 16 k-steps
+        # of QGMMA.64x8x32 from smem per block, P.V as 8 m64 tiles of d x 2 k-steps from
+        # registers in the loop and after it
+        assert rep.hgmma == {"QGMMA.64x8x32.F32.E4M3.E4M3/SS": 2 * 2 * 16, "QGMMA.64x8x32.F32.E4M3.E4M3/RS": 2 * 2 * 16}
+        assert "bar.sync \t7, 256;" in res.ptx  # BAR_DECODE_MERGE
+    else:
+        # split_d and decode: QK is K=256 per warpgroup -> 256/16 (16-bit) or 256/32 (e4m3)
+        # instructions per copy, 2 copies (first block + loop); q_reg_steps of the 16 from registers, RS
+        qk_shapes = [s for s in shapes if s.endswith("/SS") and f"x{cfg.tile_n}x" in s]
+        if cfg.q_reg_steps:
+            qk_rs = f"HGMMA.64x{cfg.tile_n}x16.F32/RS"
+            assert rep.hgmma[qk_rs] == 2 * cfg.q_reg_steps
+            qk_shapes.append(qk_rs)
+        qk_k = 512 if cfg.layout == "alternate" else 256
+        # alternate: each warpgroup's code is its own copy (static barrier ids): WG 0's first block and
+        # loop, WG 1's loop; its P.V from smem in both loops and both last blocks
+        copies = 3 if cfg.layout == "alternate" else 2
+        assert sum(rep.hgmma[s] for s in qk_shapes) == copies * qk_k // (32 if fp8 else 16)
+        if fp8:  # P.V per block: k = tile_n in steps of 32 (two code copies; x 4 slices when promoted,
+            # x 4 m64 tiles of d when transposed; x 2 terms), and two-term Q's k-steps of QK^T again, RS
+            slices = 4 if cfg.pv_promote or cfg.pv_transposed else 1
+            terms = 2 if cfg.two_term else 1
+            pv = next(s for s in shapes if s.endswith("/RS") and not (cfg.two_term and f"x{cfg.tile_n}x32" in s))
+            assert rep.hgmma[pv] == copies * slices * cfg.tile_n // 32 * terms
+            if cfg.two_term:
+                assert rep.hgmma[f"QGMMA.64x{cfg.tile_n}x32.F32.E4M3.E4M3/RS"] == copies * 256 // 32
+            if cfg.layout == "alternate":
+                assert rep.hgmma["QGMMA.64x256x32.F32.E4M3.E4M3/SS"] == 4 * cfg.tile_n // 32
+                assert "fence.proxy.async.shared::cta" in res.ptx
+                for bar in range(9, 13):  # P_FULL[w] and P_FREE[w] are arrived on, with immediate ids
+                    assert f"bar.arrive {bar}, 256;" in res.ptx
     assert rep.setmaxnreg == [f"DEALLOC.CTAPOOL:{cfg.producer_regs}", f"TRY_ALLOC.CTAPOOL:{cfg.consumer_regs}"]
     assert rep.spill_instructions == 0 and rep.local == 0
     assert rep.smem == cfg.smem_bytes() <= SMEM_LIMIT

@@ -485,7 +485,7 @@ def test_gpu_fp8_mma_row_sums_add_the_rounded_p(shape):
     _, lse = fa512.attention(case.q, case.k, case.v, **case.kwargs(), kernel="fp8_mma", **extra)
     config, splits = last_launch["config"], last_launch["num_splits"] or 1
     assert last_launch["kernel"] == "fp8_mma" and splits == extra.get("num_splits", 1)
-    assert config.layout == ("decode" if shape == "decode_split" else "alternate")
+    assert config.layout == ("decode_alt" if shape == "decode_split" else "alternate")
     design = fp8_mma_design(config.with_split(splits > 1))
     assert design.sum_rounded_p
     dist = []
@@ -508,7 +508,51 @@ def test_fp8_mma_design_follows_the_launched_variant():
     assert not fp8_mma_design(cfg.with_split(True)).pv_promote  # split partials accumulate on the tensor core
     assert fp8_mma_design(cfg.with_(tile_n=32, kv_stages=4, kv_layout="paged", page_size=32)).block_n == 32
     decode = fp8_mma_design(cfg.with_split(True).with_(layout="decode"))
-    assert decode.qk_rows and decode.q_groups == 16 and not decode.qk_promote
+    assert decode.qk_rows and decode.q_groups == 16 and not decode.qk_promote and not decode.wg_blocks
+    alt = fp8_mma_design(cfg.with_split(True).with_(layout="decode_alt"))
+    assert alt == dataclasses.replace(decode, wg_blocks=True)
+
+
+def _decode_case(seqlen_k, seed=0):
+    return make_case("gaussian", heads="31B", mode="decode", batch=2, seqlen_k=seqlen_k, logit_std=2.0, seed=seed)
+
+
+def test_wg_blocks_is_the_plain_loop_on_one_block_and_refuses_exact_accumulation():
+    from cute_kernels.variants import default_config
+    from fa512.numerics.emulation import fp8_mma_design
+
+    cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                         fp8_mma=True, max_seqlen_q=1)
+    alt = fp8_mma_design(cfg)
+    plain = dataclasses.replace(alt, wg_blocks=False)
+    case = _decode_case(64)  # one block: the second state stays empty and weighs 0
+    a = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=alt, out_dtype=F32)
+    b = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=plain, out_dtype=F32)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(ValueError, match="wg_blocks"):
+        dataclasses.replace(alt, acc_bits=None)
+
+
+def test_wg_blocks_merges_two_states_as_accurately_as_one():
+    """Two softmax states over alternate blocks, merged once: the same function (float64 error as
+    the one-state loop's, within 10%) but not the same rounding (each state rounds P against its
+    own running max), so the outputs differ, by about the P rounding (CPU, 4096 keys, logit std
+    2: 5.51e-2 / 5.56e-2 against float64, the two designs 1.5e-2 apart)."""
+    from cute_kernels.variants import default_config
+    from fa512.numerics.emulation import fp8_mma_design
+
+    cfg = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
+                         fp8_mma=True, max_seqlen_q=1)
+    alt = fp8_mma_design(cfg)
+    plain = dataclasses.replace(alt, wg_blocks=False)
+    case = _decode_case(4096)
+    ref, ref_lse = attention_ref(case.q, case.k, case.v, **case.kwargs())
+    a, a_lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=alt, out_dtype=F32)
+    b, b_lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=plain, out_dtype=F32)
+    err_a, err_b = rel(a, ref), rel(b, ref)
+    assert abs(err_a - err_b) < 0.1 * err_b, (err_a, err_b)
+    assert 0 < rel(a, b) < 0.5 * err_b
+    assert float((a_lse - ref_lse).abs().max()) < 2 * float((b_lse - ref_lse).abs().max()) + 1e-4
 
 
 def test_gmma_fp8_reproduces_the_h200_bit_for_bit():
@@ -545,7 +589,7 @@ def test_qk_rows_accumulates_like_exact_fp32_on_the_retrieval_probe():
     decode = default_config(kv_dtype="fp8_e4m3", q_dtype="bf16", mask="causal", paged=True, page_size=64, group=8,
                             fp8_mma=True, max_seqlen_q=1, descale=(False, True, True))
     rows = fp8_mma_design(decode)
-    assert rows.qk_rows and rows.q_groups == 16 and rows.label.endswith("+qkrows")
+    assert rows.qk_rows and rows.q_groups == 16 and rows.wg_blocks and rows.label.endswith("+qkrows+wgblocks")
     designs = {"rows": rows, "default": fp8_mma_design(decode.with_(layout="split_d")),
                "anchor_exact": make_design("anchor_fp8")}
     err = {}

@@ -89,6 +89,7 @@ def test_sm90_routes(kv_dtype, seqlen_q, route, kernel):
     assert "passed over" not in p.reason
     if kernel == "fp8_mma":
         assert p.config.mma_path == "fp8_mma" and (p.config.tile_n, p.config.kv_stages) == (64, 2)
+        assert (p.config.layout == "decode_alt") == (seqlen_q == 1)  # the transposed decode tile
         assert not p.config.pv_promote  # 600 keys: below the long-context guard's threshold
 
 
@@ -116,16 +117,17 @@ def test_dequant_control_converts_in_the_producer_and_holds_q_in_registers(seqle
 def test_fp8_mma_alternates_for_multi_tile_sequences(seqlen_q, alternate):
     """fp8_mma: once a sequence's G x queries rows span several 64-row tiles (prefill, chunked
     prefill), V^T comes from the prepass and the warpgroups take the key blocks in turn; one-tile
-    (decode) calls run split-d, tiles of at most 8 rows with the k-steps in the spare M rows."""
+    (decode) calls run split-d, tiles of at most 8 rows transposed ("decode_alt": S^T = K Q^T with
+    each k-step a product of its own, the warpgroups taking the key blocks in turn)."""
     q, k, v, kw = make_problem([seqlen_q, 1], [600, 200], hq=32, hkv=4, page_size=64, kv_dtype=torch.float8_e4m3fn,
                                seed=15)
     p = fa512.plan(q, k, v, **kw, target="sm_90:132", num_splits=1)
-    decode_tile = seqlen_q * 8 <= 8  # one query x G=8 heads: k-steps in the spare M rows
-    layout = "alternate" if alternate else "decode" if decode_tile else "split_d"
+    decode_tile = seqlen_q * 8 <= 8  # one query x G=8 heads: the transposed tile
+    layout = "alternate" if alternate else "decode_alt" if decode_tile else "split_d"
     assert p.kernel == "fp8_mma" and p.config.layout == layout and p.config.vt_prepass is alternate
     assert p.config.qk_rows is decode_tile and p.config.pv_transposed is decode_tile
     assert p.config.key().endswith("-alternate-r24-240" if alternate else
-                                   "-decode-r40-232" if decode_tile else "-split_d-r40-232")
+                                   "-decode_alt-r40-232" if decode_tile else "-split_d-r40-232")
     # the prepass's V^T scratch (B=2, Hkv=4, 512, 600 keys -> 640) is the plan's workspace
     assert p.workspace_bytes == (2 * 4 * 512 * 640 if alternate else 0)
 

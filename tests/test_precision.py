@@ -33,7 +33,7 @@ def test_accurate_decode_plans_the_two_term_tile():
     fast = fa512.plan(q, k, v, **kw, target="sm_90:132")
     acc = fa512.plan(q, k, v, **kw, target="sm_90:132", precision="accurate")
     assert fast.kernel == acc.kernel == "fp8_mma" and fast.precision == "fast" and acc.precision == "accurate"
-    assert not fast.config.two_term and acc.config == fast.config.with_(two_term=True)
+    assert not fast.config.two_term and acc.config == fast.config.with_(layout="decode", two_term=True, kv_stages=2)
     assert acc.num_splits == fast.num_splits  # the same grid: the second terms cost MMAs, not CTAs
     assert "precision='accurate' requested" in acc.reason and "precision : accurate" in acc.describe()
 

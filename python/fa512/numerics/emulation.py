@@ -117,6 +117,10 @@ class Design:
         those eight sums in order (h, w).
     sum_rounded_p : the row sums add P as rounded for P.V (fa512_fp8: `OnlineSoftmax.sum_e4m3`)
         instead of the fp32 P, so P's rounding errors leave the normalisation.
+    wg_blocks : the key blocks go to two softmax states in turn, counted from the split's top
+        block (the "decode_alt" tile's warpgroups, `Sm90FwdConfig.wg_blocks`): each state has
+        its own running max, sums and O, and the two merge once after the last block, in fp32.
+        Only with ``acc_bits`` (the sequential loop).
     exp2_ulps : 0 (P's exp2 exact in fp32), or N (e4m3 P): every P within N ulp of an e4m3
         rounding boundary is rounded to the other side, the worst an exp2 error of N ulp can do
         (the kernels' ex2.approx: 2 ulp, not modelled). Not a kernel's design: the emulation
@@ -138,6 +142,7 @@ class Design:
     q_groups: int = 1
     qk_rows: bool = False
     sum_rounded_p: bool = False
+    wg_blocks: bool = False
     exp2_ulps: int = 0
 
     def __post_init__(self):
@@ -157,6 +162,8 @@ class Design:
             raise arg_error(ValueError, "acc_bits", self.acc_bits, "None or an int in 1..23")
         if self.q_groups not in (1, 2, 4, 16):
             raise arg_error(ValueError, "q_groups", self.q_groups, "1, 2, 4 or 16 (d slices of 512)")
+        if self.wg_blocks and self.acc_bits is None:
+            raise arg_error(ValueError, "wg_blocks", True, "False unless acc_bits is set (the sequential loop)")
         if self.qk_rows and (self.q_groups != 16 or self.acc_bits is None or self.qk_promote):
             raise arg_error(ValueError, "qk_rows", True,
                             "False unless q_groups=16 and acc_bits is set (and qk_promote is off)")
@@ -188,6 +195,7 @@ class Design:
             text += f"/acc{self.acc_bits}" + ("" if self.pv_promote else "-nopromote")
             text += "+qkpromote" if self.qk_promote else ""
             text += "+qkrows" if self.qk_rows else ""
+            text += "+wgblocks" if self.wg_blocks else ""
         return text
 
 
@@ -349,6 +357,8 @@ def fp8_mma_design(variant) -> Design:
     terms (``two_term``: two-term Q and P)."""
     base = make_design("fa512_fp8", block_n=variant.tile_n, acc_bits=GMMA_FP8_BITS, pv_promote=variant.pv_promote)
     rows = dict(qk_rows=True, q_groups=16) if variant.qk_rows else {}
+    if getattr(variant, "wg_blocks", False):
+        rows["wg_blocks"] = True
     if getattr(variant, "two_term", False):  # as `accurate_design`: fp32 row sums
         rows.update(two_term_q=True, two_term_p=True, sum_rounded_p=False)
     return dataclasses.replace(base, **rows)
@@ -530,16 +540,20 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
     hkv, rows, d = q_op.shape
     device = q_op.device
     acc_bits = design.acc_bits if design.uses_fp8_mma else None
-    m = torch.full((hkv, rows, 1), -math.inf, dtype=torch.float32, device=device)
-    row_sum = torch.zeros((hkv, rows, 1), dtype=torch.float32, device=device)
-    o = torch.zeros((hkv, rows, d), dtype=torch.float32, device=device)
+    n_states = 2 if design.wg_blocks else 1
+    states = [(torch.full((hkv, rows, 1), -math.inf, dtype=torch.float32, device=device),
+               torch.zeros((hkv, rows, 1), dtype=torch.float32, device=device),
+               torch.zeros((hkv, rows, d), dtype=torch.float32, device=device)) for _ in range(n_states)]
     bn = design.block_n
     starts = range((lo // bn) * bn, hi, bn) if hi > lo else range(0)
+    top = (hi - 1) // bn if hi > lo else 0
     for j0 in reversed(starts):
         j0c, j1 = max(j0, lo), min(j0 + bn, hi)
         visible = visible_fn(j0c, j1)
         if not bool(visible.any()):
             continue  # the kernel skips blocks masked for every row; numerically a no-op
+        state = (top - j0 // bn) % n_states  # wg_blocks: the warpgroup whose turn the block is
+        m, row_sum, o = states[state]
         if acc_bits is not None and q_groups is not None:
             s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits, design.qk_promote,
                         design.qk_rows)
@@ -565,8 +579,21 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
             for term in p_terms:
                 acc = _mma(term, v_op[:, j0c:j1], acc, acc_bits)
             o = o * alpha + acc if design.pv_promote else acc
-        m = m_new
-    return _finish(o, row_sum, m, v_scale, design)
+        states[state] = (m_new, row_sum, o)
+    if n_states == 1:
+        m, row_sum, o = states[0]
+        return _finish(o, row_sum, m, v_scale, design)
+    return _finish(*_merge_states(states), v_scale, design)
+
+
+def _merge_states(states) -> tuple:
+    """(O, row sum, max) of two online-softmax states (`Design.wg_blocks`), merged in fp32 at
+    their common max; a state that saw no key (max -inf) weighs 0."""
+    (m_a, l_a, o_a), (m_b, l_b, o_b) = states
+    m = torch.maximum(m_a, m_b)
+    m_safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    a, b = torch.exp2(m_a - m_safe), torch.exp2(m_b - m_safe)
+    return o_a * a + o_b * b, l_a * a + l_b * b, m
 
 
 def _p_exp2(arg: torch.Tensor, design: Design) -> torch.Tensor:

@@ -79,7 +79,7 @@ def case_for(cfg) -> SweepCase:
     from cute_kernels.variants import PV_PROMOTE_MIN_KEYS, QK_ROWS_MAX_QUERY_ROWS
 
     g = cfg.qhead_per_kvhead
-    if cfg.layout == "decode":  # at most QK_ROWS_MAX_QUERY_ROWS rows of queries
+    if cfg.layout in ("decode", "decode_alt"):  # at most QK_ROWS_MAX_QUERY_ROWS rows of queries
         q_len = max(1, QK_ROWS_MAX_QUERY_ROWS // g) if cfg.mask == "causal" else 1
     elif cfg.layout == "alternate":  # several M tiles
         q_len = 2 * TILE_M // g + 3
