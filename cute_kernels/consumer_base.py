@@ -106,9 +106,10 @@ class ConsumerBase:
         return make_warpgroup_mma(self.dtype, self.tile_m, n, a_in_regs, b_major)
 
     # -- softmax state -------------------------------------------------------------------------
-    def softmax_state(self, args, t):
-        """(softmax, O rescale factors of the thread's two rows, v_descale) of tile ``t``: the q
-        and k descales fold into the logit scale, v_descale into the epilogue's O scale."""
+    @staticmethod
+    def descaled(args, t):
+        """(logit scale in the log2 domain, v_descale) of tile ``t``: the q and k descales fold
+        into the logit scale, v_descale into the epilogue's O scale."""
         qk_descale = Float32(1.0)
         v_descale = Float32(1.0)
         if const_expr(args.mQDescale is not None):
@@ -117,8 +118,14 @@ class ConsumerBase:
             qk_descale = qk_descale * args.mKDescale[t.batch, t.kv_head]
         if const_expr(args.mVDescale is not None):
             v_descale = args.mVDescale[t.batch, t.kv_head]
+        return args.scale_log2 * qk_descale, v_descale
+
+    def softmax_state(self, args, t):
+        """(softmax, O rescale factors of the thread's two rows, v_descale) of tile ``t``
+        (`descaled`)."""
+        scale_log2, v_descale = self.descaled(args, t)
         # one-term fp8_mma sums the e4m3 P it multiplies; two-term P sums the fp32 P (see p_to_a)
-        softmax = OnlineSoftmax(args.scale_log2 * qk_descale, 2, self.cfg.p_offset,
+        softmax = OnlineSoftmax(scale_log2, 2, self.cfg.p_offset,
                                 sum_e4m3=self.fp8_mma and not self.cfg.two_term)
         softmax.reset()
         row_scale = cute.make_rmem_tensor(2, Float32)

@@ -148,15 +148,7 @@ class DecodeAltConsumer(ConsumerBase):
         s_max = self._smem_f32(args.storage, wg, MAX_OFFSET, (QUERIES, 4), (1, QUERIES))
         s_sum = self._smem_f32(args.storage, wg, SUM_OFFSET, (QUERIES, 4), (1, QUERIES))
         # -- softmax state of the thread's two queries -----------------------------------------
-        qk_descale = Float32(1.0)
-        v_descale = Float32(1.0)
-        if const_expr(args.mQDescale is not None):
-            qk_descale = qk_descale * args.mQDescale[t.batch, t.kv_head]
-        if const_expr(args.mKDescale is not None):
-            qk_descale = qk_descale * args.mKDescale[t.batch, t.kv_head]
-        if const_expr(args.mVDescale is not None):
-            v_descale = args.mVDescale[t.batch, t.kv_head]
-        scale_log2 = args.scale_log2 * qk_descale
+        scale_log2, v_descale = self.descaled(args, t)
         row_max = cute.make_rmem_tensor(2, Float32)
         row_sum = cute.make_rmem_tensor(2, Float32)  # this thread's keys only until `_reduce_sums`
         corr = cute.make_rmem_tensor(2, Float32)  # O^T's factor before the next P.V
