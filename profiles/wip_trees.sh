@@ -89,23 +89,28 @@ case $step in
     done ;;
   tools)  # the fuzz's tests one process each (one process for all four took 482 s on an H100,
     # 2026-12-06), beside the rest (~250 s); start it detached all the same
+    # TOOLS_PART=fuzz | rest: one group only (gpu_unit.sh, a call each)
     for name in "$@"; do
-      # node ids: a single -q lists them (-q twice prints per-file counts: session 33's grep found none)
-      ids=$(in_tree "$name" python3 -m pytest --collect-only -q -m gpu $TOOLS_FUZZ -p no:cacheprovider 2>/dev/null \
-            | grep '::')
-      [ -n "$ids" ] || echo "tools $name (fuzz): NO TESTS COLLECTED from $TOOLS_FUZZ"
       fuzz_pids=() i=0
-      while read -r id; do  # (ids hold brackets: no word splitting and globbing)
-        [ -n "$id" ] || continue
-        i=$((i + 1))
-        in_tree "$name" timeout 900 python3 -m pytest -q -m gpu "$id" -rs -p no:cacheprovider \
-          > "$OUT/tools_fuzz_${name}_$i.log" 2>&1 &
-        fuzz_pids+=($!)
-      done <<< "$ids"
-      in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_REST -rs -p no:cacheprovider \
-        --durations=15 > "$OUT/tools_$name.log" 2>&1
-      rc=$?
-      echo "tools $name: rc=$rc $(summary "$OUT/tools_$name.log")"
+      if [ "${TOOLS_PART:-}" != rest ]; then
+        # node ids: a single -q lists them (-q twice prints per-file counts: session 33's grep found none)
+        ids=$(in_tree "$name" python3 -m pytest --collect-only -q -m gpu $TOOLS_FUZZ -p no:cacheprovider 2>/dev/null \
+              | grep '::')
+        [ -n "$ids" ] || echo "tools $name (fuzz): NO TESTS COLLECTED from $TOOLS_FUZZ"
+        while read -r id; do  # (ids hold brackets: no word splitting and globbing)
+          [ -n "$id" ] || continue
+          i=$((i + 1))
+          in_tree "$name" timeout 900 python3 -m pytest -q -m gpu "$id" -rs -p no:cacheprovider \
+            > "$OUT/tools_fuzz_${name}_$i.log" 2>&1 &
+          fuzz_pids+=($!)
+        done <<< "$ids"
+      fi
+      if [ "${TOOLS_PART:-}" != fuzz ]; then
+        in_tree "$name" timeout 900 python3 -m pytest -q -m gpu $TOOLS_REST -rs -p no:cacheprovider \
+          --durations=15 > "$OUT/tools_$name.log" 2>&1
+        rc=$?
+        echo "tools $name: rc=$rc $(summary "$OUT/tools_$name.log")"
+      fi
       i=0
       for pid in "${fuzz_pids[@]}"; do
         i=$((i + 1)); wait "$pid"; fuzz_rc=$?

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# One self-contained GPU call (~600 s at most) for the profiles/wip patches, for a machine that
+# may be fresh: session 35 lost two machines (and the detached chains on them) to the 30 s idle
+# release after calls of ~550 s, so no step here waits on a later call. Run after
+# `bash .device/a/recv.sh` (carry .device/a) on a fresh machine, with carry [".device/b"]:
+#   [FINAL="a b"] bash profiles/gpu_unit.sh UNIT...
+# Every unit first installs the DSL (skipped where installed), builds /root/wip_final (main plus
+# the FINAL patches, in order) and, unless FILL=0, fills the caches of main and final (~80 s fresh).
+# Units, run in the order given, each under its own timeout:
+#   kernels   the GPU suite's kernel half in final (wip_trees.sh kernels)
+#   many      tests/test_many_splits.py in final (62 s on an H100)
+#   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
+#   sweep     split_breakdown --sweep in final and in main, the SWEEP_CASES
+#   sanitize  memcheck + racecheck of the fused variants, racecheck_alt_cases.py fu1..fue, in final
+#   fuzz      the tools half's fuzz (4 processes at once) in final
+#   rest      the tools half's other modules in final
+# Logs: $OUT/keep/, one line per step in $OUT/keep/progress.txt; a background loop re-packs
+# them into $OUT/keep.tgz every 20 s (the device returns at most 8 files, and a call cut at its
+# limit returns what $OUT holds at that moment).
+set -u
+KD=$OUT/keep; mkdir -p "$KD"; P=$KD/progress.txt; t0=$(date +%s)
+log() { echo "$(( $(date +%s) - t0 ))s $*" | tee -a "$P"; }
+pack() { tar czf "$OUT/.keep.tgz" -C "$KD" . 2>/dev/null && mv "$OUT/.keep.tgz" "$OUT/keep.tgz"; }
+( while sleep 20; do pack; done ) & packer=$!
+trap 'kill $packer 2>/dev/null; pack' EXIT
+bash .device/b/install.sh > "$KD/install.log" 2>&1 || { log "install failed: $(tail -n 1 "$KD/install.log")"; exit 1; }
+log "install: $(tail -n 1 "$KD/install.log")"
+source /root/device-env.sh
+export PYTHONPATH=python:.:${PYTHONPATH:-}
+source profiles/tree_cache.sh
+trees() { OUT=$KD bash profiles/wip_trees.sh "$@" >> "$P" 2>&1; }
+if [ ! -d /root/wip_final ] || [ -e /root/wip_final/BUILD_FAILED ]; then trees build_set final ${FINAL:-}; fi
+[ -e /root/wip_final/BUILD_FAILED ] && { log "final did not build"; exit 1; }
+[ "${FILL:-1}" = 1 ] && { trees fill final; log filled; }
+in_final() { ( cd /root/wip_final && FA512_CACHE_DIR=$(cache_of .) "$@" ); }
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for unit in "$@"; do
+  s=$(date +%s)
+  case $unit in
+    kernels) trees kernels final ;;
+    many) in_final timeout 200 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs \
+            -p no:cacheprovider > "$KD/many_final.log" 2>&1 ;;
+    ab) K=${K:-fp8_mma,mma16[bf16kv]} FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh /root/wip_final . \
+          ${AB_ROUNDS:-new base base new} >> "$P" 2>&1 ;;
+    sweep) for t in /root/wip_final .; do
+             echo "== $t"
+             ( cd $t && FA512_CACHE_DIR=$(cache_of .) timeout 240 python3 profiles/split_breakdown.py \
+                 --quick --case "${SWEEP_CASES:-MTP q=4 B=1,decode B=8}" --sweep 8,16,112,128,132 )
+             echo "rc=$?"
+           done > "$KD/sweep.log" 2>&1 ;;
+    sanitize) { in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=fused --jobs 8
+                echo "sanitize rc=$?"
+                for c in fu1 fu2 fu3 fue; do
+                  echo "== racecheck $c"
+                  in_final timeout 200 "$CS" --tool racecheck python3 profiles/racecheck_alt_cases.py $c 2>&1 | tail -n 3
+                done; } > "$KD/sanitize.log" 2>&1 ;;
+    fuzz|rest) TOOLS_PART=$unit trees tools final ;;
+    *) log "unknown unit $unit"; continue ;;
+  esac
+  log "$unit rc=$? $(( $(date +%s) - s ))s"
+done
+log "ALL DONE"
