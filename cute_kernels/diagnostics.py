@@ -48,6 +48,8 @@ TRACE_EVENTS = (
     "consumer V ready: block, stage",
     "consumer V released: block, stage",
     "consumer Q released, epilogue next",
+    "consumer partials stored, merge wait",
+    "consumer splits arrived",
     "consumer done",
 )
 TRACE_WORDS = 3 * (NUM_THREADS // 32)  # 36 words of per-warp state
@@ -59,11 +61,14 @@ TIMELINE_SLOTS = len(TRACE_EVENTS) + 1  # the events, then the warp's exit
 TIMELINE_FIRST_WORD = (NUM_THREADS // 32) * TIMELINE_SLOTS * 2
 TIMELINE_WORDS = 2 * TIMELINE_FIRST_WORD
 # Per-CTA records after the timeline words: [SM + 1 (0: no record), the global timer's low word
-# at each of CTA_EVENTS, the tile's key blocks (n_max - n_min), unused], from warp CTA_WARP.
+# at each of CTA_EVENTS, the tile's key blocks (n_max - n_min), the timer at each of
+# FUSED_EVENTS (fused-combine variants only; 0 elsewhere)], from warp CTA_WARP.
 CTA_EVENTS = ("start", "consumer Q ready", "consumer Q released, epilogue next", "consumer done")
+FUSED_EVENTS = ("consumer partials stored, merge wait", "consumer splits arrived")
 CTA_WARP = 4  # lane 0 of the first consumer warp
 CTA_WORDS = 8
 CTA_BLOCKS_WORD = 1 + len(CTA_EVENTS)
+CTA_FUSED_WORD = CTA_BLOCKS_WORD + 1  # FUSED_EVENTS from here: the record's last two words
 CTA_RECORDS_MAX = 1 << 16  # CTAs past this many write no record
 CTA_RECORD_WORDS = CTA_WORDS * CTA_RECORDS_MAX  # the buffer holds TIMELINE_WORDS + this many
 
@@ -77,6 +82,13 @@ def decode_trace(words) -> list:
         out.append(f"CTA(0,0,0) warp {w:2d} (WG{w // 4}): last event '{what}' ({a}, {b})")
     out.append(f"warps that left the kernel (all CTAs): {words[TRACE_EXIT_WORD]}")
     return out
+
+
+def record_word(event: str) -> int:
+    """The word of a CTA record that holds ``event``'s global timer (`CTA_EVENTS`, `FUSED_EVENTS`)."""
+    if event in CTA_EVENTS:
+        return 1 + CTA_EVENTS.index(event)
+    return CTA_FUSED_WORD + FUSED_EVENTS.index(event)
 
 
 def earliest(stamps) -> int:
@@ -125,16 +137,17 @@ def timeline_lines(offsets: dict, clock_ghz: float = 0.0) -> list:
 
 def cta_records(words) -> list:
     """The per-CTA records of a timeline buffer (a list of ints, TIMELINE_WORDS + records), in
-    CTA order: dicts of sm, the global-timer ns of each of `CTA_EVENTS` (under its name; the low
-    32 bits, unwrapped against the record's start) and blocks. CTAs without a record are left out."""
+    CTA order: dicts of sm, the global-timer ns of each of `CTA_EVENTS` and `FUSED_EVENTS` (under
+    its name; the low 32 bits, unwrapped against the record's start; None where not stamped) and
+    blocks. CTAs without a record are left out."""
     out = []
     for i in range((len(words) - TIMELINE_WORDS) // CTA_WORDS):
         rec = words[TIMELINE_WORDS + CTA_WORDS * i: TIMELINE_WORDS + CTA_WORDS * (i + 1)]
         if rec[0] == 0:
             continue
         t0 = rec[1] & 0xFFFFFFFF
-        times = {name: t0 + (((rec[1 + e] & 0xFFFFFFFF) - t0) & 0xFFFFFFFF) if rec[1 + e] else None
-                 for e, name in enumerate(CTA_EVENTS)}
+        times = {name: t0 + (((rec[w] & 0xFFFFFFFF) - t0) & 0xFFFFFFFF) if rec[w] else None
+                 for name in CTA_EVENTS + FUSED_EVENTS for w in (record_word(name),)}
         out.append(dict(cta=i, sm=rec[0] - 1, blocks=rec[CTA_BLOCKS_WORD], **times))
     return out
 
@@ -144,7 +157,11 @@ def cta_phase_summary(records, num_sms: int) -> dict:
     the first start to the last done, and, summed over the CTAs in us, "prologue" (start -> Q
     ready), "blocks" (Q ready -> epilogue next), "epilogue" (-> done) and "between" (an SM's
     done -> its next CTA's start: exit, scheduling, launch). Each sum is also given as a fraction
-    of num_sms x span ("<phase> share")."""
+    of num_sms x span ("<phase> share"). Where every such CTA also has both `FUSED_EVENTS` (the
+    fused combine), the epilogue is divided into "store" (-> partials stored), "merge wait"
+    (-> every split of the tile arrived) and "merge" (-> done), and "last_store_us" /
+    "first_arrival_us" / "last_arrival_us" are the grid's last partial stored and its first and
+    last arrival seen, after the first start: how long the arrival takes to propagate."""
     full = [r for r in records if all(r[e] is not None for e in CTA_EVENTS)]
     if not full:
         return {}
@@ -161,6 +178,14 @@ def cta_phase_summary(records, num_sms: int) -> dict:
         rs.sort(key=lambda r: r[start])
         sums["between"] += sum(max(0, b[start] - a[done]) for a, b in zip(rs, rs[1:]))
     out = {"ctas": len(full), "sms": len(by_sm), "span_us": span / 1e3}
+    stored, arrived = FUSED_EVENTS
+    if all(r.get(stored) is not None and r.get(arrived) is not None for r in full):
+        sums["store"] = sum(r[stored] - r[epi] for r in full)
+        sums["merge wait"] = sum(r[arrived] - r[stored] for r in full)
+        sums["merge"] = sum(r[done] - r[arrived] for r in full)
+        out["last_store_us"] = (max(r[stored] for r in full) - t0) / 1e3
+        out["first_arrival_us"] = (min(r[arrived] for r in full) - t0) / 1e3
+        out["last_arrival_us"] = (max(r[arrived] for r in full) - t0) / 1e3
     for name, ns in sums.items():
         out[f"{name}_us"] = ns / 1e3
         out[f"{name} share"] = ns / (num_sms * span) if span else 0.0
@@ -192,7 +217,7 @@ class Tracer:
         0, 4, 8; or, with ``timeline``, the event's clocks. Compiles to nothing without either."""
         if const_expr(self.timeline):
             self._stamp(warp_idx, TRACE_EVENTS.index(what))
-            if const_expr(what in CTA_EVENTS or what == "consumer tile: n_min, n_max"):
+            if const_expr(what in CTA_EVENTS + FUSED_EVENTS or what == "consumer tile: n_min, n_max"):
                 self._record(warp_idx, what, a, b)
         if const_expr(self.enabled):
             code = TRACE_EVENTS.index(what) + 1
@@ -237,8 +262,8 @@ class Tracer:
             cta = bidx + gdimx * (bidy + gdimy * bidz)
             if cta < CTA_RECORDS_MAX:
                 rec = self.addr + Int64(4) * (Int64(TIMELINE_WORDS) + Int64(CTA_WORDS) * Int64(cta))
-                if const_expr(what in CTA_EVENTS):
-                    word = 1 + CTA_EVENTS.index(what)
+                if const_expr(what in CTA_EVENTS + FUSED_EVENTS):
+                    word = record_word(what)
                     cute.arch.atomic_exch(cute.make_ptr(Int32, rec + 4 * word, cute.AddressSpace.gmem),
                                           cute.arch.globaltimer_lo(), sem="relaxed", scope="gpu")
                     if const_expr(what == "start"):
@@ -262,5 +287,5 @@ class Tracer:
                 )
 
 
-__all__ = ["CTA_EVENTS", "CTA_RECORD_WORDS", "CTA_WORDS", "cta_phase_summary", "cta_records", "TIMELINE_FIRST_WORD", "TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
+__all__ = ["CTA_EVENTS", "CTA_RECORD_WORDS", "CTA_WORDS", "FUSED_EVENTS", "cta_phase_summary", "cta_records", "TIMELINE_FIRST_WORD", "TIMELINE_SLOTS", "TIMELINE_WORDS", "TRACE_EVENTS", "TRACE_BUFFER_WORDS", "TRACE_EXIT_WORD", "decode_timeline",
            "decode_trace", "earliest", "timeline_lines", "timeline_offsets", "Tracer"]

@@ -39,10 +39,11 @@ MERGE_THREADS = 256
 class FusedCombine:
     """Compile-time facts: tile rows, GQA group, output dtype."""
 
-    def __init__(self, tile_m: int, group: int, out_dtype):
+    def __init__(self, tile_m: int, group: int, out_dtype, tracer):
         self.tile_m = tile_m
         self.group = group
         self.row_merge = RowMerge(out_dtype, barrier_id=BAR_MERGE)
+        self.tracer = tracer  # the timeline's "partials stored" / "splits arrived" (cute_kernels.diagnostics)
 
     @cute.jit
     def wait_for_splits(self, mCounters, tile_id, num_splits, ctid):
@@ -72,7 +73,9 @@ class FusedCombine:
         bidx, bidy, bidz = cute.arch.block_idx()
         gdimx, gdimy, _ = cute.arch.grid_dim()
         tile_id = bidx + gdimx * (t.tile_head + (gdimy // num_splits) * bidz)
+        self.tracer.event(cwarp + 4, "consumer partials stored, merge wait", Int32(0), Int32(0))
         self.wait_for_splits(mCounters, tile_id, num_splits, ctid)
+        self.tracer.event(cwarp + 4, "consumer splits arrived", Int32(0), Int32(0))
         rows = cutlass.min(t.seqlen_q * self.group - t.m_block * self.tile_m, self.tile_m)
         scratch = self.row_merge.scratch(scratch_base)
         queries_per_tile = self.tile_m // self.group

@@ -146,7 +146,7 @@ class FlashFwdSm90:
         self.producer = TmaProducer(config, self.tracer)
         self.converter = DequantConverter(config, self.path) if self.cvt_warps else None
         self.consumer = _CONSUMERS[config.layout](config, self.path, Epilogue(config), self.tracer)
-        self.fused = FusedCombine(self.tile_m, self.group, self.q_dtype) if config.fused_combine else None
+        self.fused = FusedCombine(self.tile_m, self.group, self.q_dtype, self.tracer) if config.fused_combine else None
 
     # ------------------------------------------------------------------------------------
     # host side

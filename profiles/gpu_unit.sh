@@ -11,6 +11,8 @@
 #   many      tests/test_many_splits.py in final (62 s on an H100)
 #   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
 #   sweep     split_breakdown --sweep in final and in main, the SWEEP_CASES
+#   breakdown split_breakdown (call, forward alone, unsplit, copy) in final and in main, SWEEP_CASES
+#   timeline  kernel_timeline.py in final, the SWEEP_CASES (CTA (0,0,0)'s events, every CTA's record)
 #   sanitize  memcheck + racecheck of the fused variants, racecheck_alt_cases.py fu1..fue, in final
 #   fuzz      the tools half's fuzz (4 processes at once) in final
 #   rest      the tools half's other modules in final
@@ -33,6 +35,7 @@ if [ ! -d /root/wip_final ] || [ -e /root/wip_final/BUILD_FAILED ]; then trees b
 [ -e /root/wip_final/BUILD_FAILED ] && { log "final did not build"; exit 1; }
 [ "${FILL:-1}" = 1 ] && { trees fill final; log filled; }
 in_final() { ( cd /root/wip_final && FA512_CACHE_DIR=$(cache_of .) "$@" ); }
+cases=${SWEEP_CASES:-MTP q=4 B=1,decode B=8}
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for unit in "$@"; do
   s=$(date +%s)
@@ -42,12 +45,15 @@ for unit in "$@"; do
             -p no:cacheprovider > "$KD/many_final.log" 2>&1 ;;
     ab) K=${K:-fp8_mma,mma16[bf16kv]} FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh /root/wip_final . \
           ${AB_ROUNDS:-new base base new} >> "$P" 2>&1 ;;
-    sweep) for t in /root/wip_final .; do
+    sweep|breakdown)
+           for t in /root/wip_final .; do
              echo "== $t"
              ( cd $t && FA512_CACHE_DIR=$(cache_of .) timeout 240 python3 profiles/split_breakdown.py \
-                 --quick --case "${SWEEP_CASES:-MTP q=4 B=1,decode B=8}" --sweep 8,16,112,128,132 )
+                 --quick --case "$cases" $( [ $unit = sweep ] && echo --sweep 8,16,112,128,132 ) )
              echo "rc=$?"
-           done > "$KD/sweep.log" 2>&1 ;;
+           done > "$KD/$unit.log" 2>&1 ;;
+    timeline) in_final timeout 240 python3 profiles/kernel_timeline.py --case "$cases" --runs 9 \
+                > "$KD/timeline.log" 2>&1 ;;
     sanitize) { in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=fused --jobs 8
                 echo "sanitize rc=$?"
                 for c in fu1 fu2 fu3 fue; do

@@ -13,7 +13,9 @@ large next to its few key blocks), fp8_mma (or ``--kernel``):
    leaves a record (its SM, global-timer stamps at start, Q ready, epilogue next and done, its
    key blocks: `cute_kernels.diagnostics.cta_records`); printed per run's median: the grid's
    span and how its SM time divides into prologues, block loops, epilogues and the gaps between
-   one CTA and the next on an SM (`cta_phase_summary`), the fixed per-CTA cost of issue 23.
+   one CTA and the next on an SM (`cta_phase_summary`), the fixed per-CTA cost of issue 23;
+   for a fused-combine call also the store / merge-wait / merge split of the epilogue and
+   when the last partial was stored against when the CTAs saw every split arrive.
 2. ``cuts``: the same call with the kernel cut at its entry (`Sm90FwdConfig.stage`: "launch"
    returns at once, "setup" stops after mbarrier init and setmaxnreg) and whole, each timed
    by CUDA-graph replay over rotated inputs (us per launch): the launch and setup floors under
@@ -92,6 +94,11 @@ def main(argv=None) -> int:
                   f"{med['sms']:.0f} SMs, span {med['span_us']:.1f} us; SM time (x {num_sms} SMs x span): "
                   + ", ".join(f"{k} {med[k + '_us']:.0f} us ({100 * med[k + ' share']:.1f}%)"
                               for k in ("prologue", "blocks", "epilogue", "between")))
+            if "merge_us" in med:  # the fused combine: the epilogue divided, and the arrival's spread
+                print("   the fused combine, every CTA: " + ", ".join(
+                    f"{k} {med[k + '_us']:.0f} us" for k in ("store", "merge wait", "merge"))
+                    + f"; after the first start: last partial stored {med['last_store_us']:.2f} us, arrival "
+                      f"seen first {med['first_arrival_us']:.2f} / last {med['last_arrival_us']:.2f} us")
         print(flush=True)
 
         # 2. the cuts, by graph replay

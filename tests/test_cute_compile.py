@@ -202,7 +202,31 @@ def test_cta_records_add_up_the_grids_sm_time():
     assert s["epilogue_us"] == pytest.approx((2000 + 1000 + 1000) / 1e3)
     assert s["between_us"] == pytest.approx(2.0)
     assert s["blocks share"] == pytest.approx(24.0 / (2 * s["span_us"]))
+    assert "merge_us" not in s  # no fused-combine stamps: the epilogue stays whole
     assert cta_phase_summary([], num_sms=2) == {}
+
+
+def test_cta_records_divide_a_fused_combines_epilogue():
+    """Fused-combine records (`FUSED_EVENTS` in the record's last two words): the epilogue as
+    store, merge wait and merge, and the arrival's spread against the last partial stored; a
+    record missing one of the two fused stamps keeps the epilogue whole."""
+    from cute_kernels.diagnostics import CTA_WORDS, FUSED_EVENTS, TIMELINE_WORDS, cta_phase_summary, cta_records
+
+    words = [0] * (TIMELINE_WORDS + 2 * CTA_WORDS)
+    # start, Q ready, epilogue next, done | blocks | partials stored, splits arrived
+    words[TIMELINE_WORDS: TIMELINE_WORDS + 8] = [1, 1000, 2000, 8000, 14000, 4, 9000, 12000]
+    words[TIMELINE_WORDS + 8: TIMELINE_WORDS + 16] = [2, 1500, 2500, 10000, 15000, 4, 11000, 12500]
+    recs = cta_records(words)
+    assert recs[0][FUSED_EVENTS[0]] == 9000 and recs[1][FUSED_EVENTS[1]] == 12500
+    s = cta_phase_summary(recs, num_sms=2)
+    assert s["store_us"] == pytest.approx((1000 + 1000) / 1e3)
+    assert s["merge wait_us"] == pytest.approx((3000 + 1500) / 1e3)
+    assert s["merge_us"] == pytest.approx((2000 + 2500) / 1e3)
+    assert s["epilogue_us"] == pytest.approx(s["store_us"] + s["merge wait_us"] + s["merge_us"])
+    assert (s["last_store_us"], s["first_arrival_us"], s["last_arrival_us"]) == pytest.approx((10.0, 11.0, 11.5))
+    words[TIMELINE_WORDS + 15] = 0  # CTA 1 without its arrival stamp
+    s = cta_phase_summary(cta_records(words), num_sms=2)
+    assert "merge_us" not in s and s["epilogue_us"] == pytest.approx((6000 + 5000) / 1e3)
 
 
 def test_default_config_shapes():
