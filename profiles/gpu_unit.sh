@@ -6,13 +6,14 @@
 #   [FINAL="a b"] bash profiles/gpu_unit.sh UNIT...
 # Every unit first installs the DSL (skipped where installed), builds /root/wip_final (main plus
 # the FINAL patches, in order) and, unless FILL=0, fills the caches of main and final (~80 s fresh).
-# Units, run in the order given, each under its own timeout:
+# Units, run in the order given, each under its own timeout (sweep, breakdown and timeline take
+# a kernel as UNIT:KERNEL, e.g. sweep:mma16-bf16; default SWEEP_KERNEL or fp8_mma):
 #   kernels   the GPU suite's kernel half in final (wip_trees.sh kernels)
 #   many      tests/test_many_splits.py in final (62 s on an H100)
 #   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
-#   sweep     split_breakdown --sweep in final and in main, the SWEEP_CASES
-#   breakdown split_breakdown (call, forward alone, unsplit, copy) in final and in main, SWEEP_CASES
-#   timeline  kernel_timeline.py in final, the SWEEP_CASES (CTA (0,0,0)'s events, every CTA's record)
+#   sweep     split_breakdown --sweep SWEEP_SPLITS in final and in main, the SWEEP_CASES, SWEEP_KERNEL
+#   breakdown split_breakdown (call, forward alone, unsplit, copy) in final and in main (the same)
+#   timeline  kernel_timeline.py in final, SWEEP_CASES and SWEEP_KERNEL (CTA (0,0,0)'s events, every CTA's record)
 #   sanitize  memcheck + racecheck of the fused variants, racecheck_alt_cases.py fu1..fue, in final
 #   fuzz      the tools half's fuzz (4 processes at once) in final
 #   rest      the tools half's other modules in final
@@ -39,7 +40,8 @@ cases=${SWEEP_CASES:-MTP q=4 B=1,decode B=8}
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for unit in "$@"; do
   s=$(date +%s)
-  case $unit in
+  kern=${unit#*:}; [ "$kern" = "$unit" ] && kern=${SWEEP_KERNEL:-fp8_mma}  # sweep:mma16-bf16 etc.
+  case ${unit%%:*} in
     kernels) trees kernels final ;;
     many) in_final timeout 200 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs \
             -p no:cacheprovider > "$KD/many_final.log" 2>&1 ;;
@@ -49,11 +51,12 @@ for unit in "$@"; do
            for t in /root/wip_final .; do
              echo "== $t"
              ( cd $t && FA512_CACHE_DIR=$(cache_of .) timeout 240 python3 profiles/split_breakdown.py \
-                 --quick --case "$cases" $( [ $unit = sweep ] && echo --sweep 8,16,112,128,132 ) )
+                 --quick --case "$cases" --kernel "$kern" \
+                 $( [ ${unit%%:*} = sweep ] && echo --sweep "${SWEEP_SPLITS:-8,16,112,128,132}" ) )
              echo "rc=$?"
-           done > "$KD/$unit.log" 2>&1 ;;
-    timeline) in_final timeout 240 python3 profiles/kernel_timeline.py --case "$cases" --runs 9 \
-                > "$KD/timeline.log" 2>&1 ;;
+           done > "$KD/${unit%%:*}_$kern.log" 2>&1 ;;
+    timeline) in_final timeout 240 python3 profiles/kernel_timeline.py --case "$cases" --runs 9 --kernel "$kern" \
+                > "$KD/timeline_$kern.log" 2>&1 ;;
     sanitize) { in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=fused --jobs 8
                 echo "sanitize rc=$?"
                 for c in fu1 fu2 fu3 fue; do
