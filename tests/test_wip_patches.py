@@ -2,7 +2,8 @@
 
 A patch that no longer applies is lost work found only on the GPU machine: session 18's
 triton_plain_args.patch stopped applying after a docstring edit in fuzz.py, and its tree failed
-to build there.
+to build there. Also what the GPU scripts must keep: every GPU-marked module in a half of the
+suite, and the DSL's PYTHONPATH.
 """
 
 import re
@@ -59,3 +60,28 @@ def _marks_gpu(source: str) -> bool:
     # a decorator, a module mark, or a decorator helper applying it (tests/test_fp8_operands.py)
     return re.search(r"^\s*(@pytest\.mark\.gpu\b|pytestmark\s*=.*\bpytest\.mark\.gpu\b|return pytest\.mark\.gpu\()",
                      source, re.M) is not None
+
+
+def _pythonpath_overrides(text: str) -> list:
+    """Lines of a shell script that set PYTHONPATH without keeping the value it had."""
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        code = line.split("#", 1)[0]
+        for m in re.finditer(r"PYTHONPATH=(\S*)", code):
+            if "$PYTHONPATH" not in m.group(1) and "${PYTHONPATH" not in m.group(1):
+                out.append(f"{n}: {line.strip()}")
+    return out
+
+
+def test_pythonpath_overrides_are_found():
+    assert _pythonpath_overrides("PYTHONPATH=python:. python3 x.py\n# PYTHONPATH=python:. in a comment\n") == [
+        "1: PYTHONPATH=python:. python3 x.py"]
+    assert _pythonpath_overrides("export PYTHONPATH=python:.:${PYTHONPATH:-}\n") == []
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "profiles").glob("*.sh")), ids=lambda p: p.name)
+def test_gpu_scripts_keep_the_dsl_path(script):
+    # The DSL lives on the PYTHONPATH that /root/device-env.sh sets on the GPU machine: a script
+    # that sets PYTHONPATH=python:. over it runs without the CuTe kernels (sessions 16 and 34/35:
+    # "nvidia-cutlass-dsl is not installed", the timeline and the sweep lost).
+    assert _pythonpath_overrides(script.read_text()) == []
