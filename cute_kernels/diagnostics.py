@@ -69,6 +69,7 @@ CTA_WARP = 4  # lane 0 of the first consumer warp
 CTA_WORDS = 8
 CTA_BLOCKS_WORD = 1 + len(CTA_EVENTS)
 CTA_FUSED_WORD = CTA_BLOCKS_WORD + 1  # FUSED_EVENTS from here: the record's last two words
+RECORD_EVENTS = CTA_EVENTS + FUSED_EVENTS  # every event a CTA record stamps
 CTA_RECORDS_MAX = 1 << 16  # CTAs past this many write no record
 CTA_RECORD_WORDS = CTA_WORDS * CTA_RECORDS_MAX  # the buffer holds TIMELINE_WORDS + this many
 
@@ -146,8 +147,8 @@ def cta_records(words) -> list:
         if rec[0] == 0:
             continue
         t0 = rec[1] & 0xFFFFFFFF
-        times = {name: t0 + (((rec[w] & 0xFFFFFFFF) - t0) & 0xFFFFFFFF) if rec[w] else None
-                 for name in CTA_EVENTS + FUSED_EVENTS for w in (record_word(name),)}
+        words_at = {name: rec[record_word(name)] for name in RECORD_EVENTS}
+        times = {name: t0 + (((w & 0xFFFFFFFF) - t0) & 0xFFFFFFFF) if w else None for name, w in words_at.items()}
         out.append(dict(cta=i, sm=rec[0] - 1, blocks=rec[CTA_BLOCKS_WORD], **times))
     return out
 
@@ -217,7 +218,7 @@ class Tracer:
         0, 4, 8; or, with ``timeline``, the event's clocks. Compiles to nothing without either."""
         if const_expr(self.timeline):
             self._stamp(warp_idx, TRACE_EVENTS.index(what))
-            if const_expr(what in CTA_EVENTS + FUSED_EVENTS or what == "consumer tile: n_min, n_max"):
+            if const_expr(what in RECORD_EVENTS or what == "consumer tile: n_min, n_max"):
                 self._record(warp_idx, what, a, b)
         if const_expr(self.enabled):
             code = TRACE_EVENTS.index(what) + 1
@@ -262,7 +263,7 @@ class Tracer:
             cta = bidx + gdimx * (bidy + gdimy * bidz)
             if cta < CTA_RECORDS_MAX:
                 rec = self.addr + Int64(4) * (Int64(TIMELINE_WORDS) + Int64(CTA_WORDS) * Int64(cta))
-                if const_expr(what in CTA_EVENTS + FUSED_EVENTS):
+                if const_expr(what in RECORD_EVENTS):
                     word = record_word(what)
                     cute.arch.atomic_exch(cute.make_ptr(Int32, rec + 4 * word, cute.AddressSpace.gmem),
                                           cute.arch.globaltimer_lo(), sem="relaxed", scope="gpu")
