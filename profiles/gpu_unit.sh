@@ -7,7 +7,9 @@
 # Every unit first installs the DSL (skipped where installed), builds /root/wip_final (main plus
 # the FINAL patches, in order) and, unless FILL=0, fills the caches of main and final (~80 s fresh).
 # Units, run in the order given, each under its own timeout (sweep, breakdown and timeline take
-# a kernel as UNIT:KERNEL, e.g. sweep:mma16-bf16; default SWEEP_KERNEL or fp8_mma):
+# a kernel as UNIT:KERNEL, e.g. sweep:mma16-bf16; default SWEEP_KERNEL or fp8_mma; sweep and
+# breakdown also UNIT:KERNEL:FIELDS, split_breakdown.py --config FIELDS, e.g.
+# sweep:mma16-bf16:tile_n=32,kv_stages=2):
 #   kernels   the GPU suite's kernel half in final (wip_trees.sh kernels)
 #   many      tests/test_many_splits.py in final (62 s on an H100)
 #   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
@@ -41,6 +43,8 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for unit in "$@"; do
   s=$(date +%s)
   kern=${unit#*:}; [ "$kern" = "$unit" ] && kern=${SWEEP_KERNEL:-fp8_mma}  # sweep:mma16-bf16 etc.
+  cfg=${kern#*:}; [ "$cfg" = "$kern" ] && cfg=""; kern=${kern%%:*}  # sweep:KERNEL:tile_n=32,kv_stages=2
+  tag=$kern${cfg:+_$(echo "$cfg" | tr ',=' '-_')}
   case ${unit%%:*} in
     kernels) trees kernels final ;;
     many) in_final timeout 200 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs \
@@ -51,10 +55,10 @@ for unit in "$@"; do
            for t in /root/wip_final .; do
              echo "== $t"
              ( cd $t && FA512_CACHE_DIR=$(cache_of .) timeout 240 python3 profiles/split_breakdown.py \
-                 --quick --case "$cases" --kernel "$kern" \
+                 --quick --case "$cases" --kernel "$kern" ${cfg:+--config "$cfg"} \
                  $( [ ${unit%%:*} = sweep ] && echo --sweep "${SWEEP_SPLITS:-8,16,112,128,132}" ) )
              echo "rc=$?"
-           done > "$KD/${unit%%:*}_$kern.log" 2>&1 ;;
+           done > "$KD/${unit%%:*}_$tag.log" 2>&1 ;;
     timeline) in_final timeout 240 python3 profiles/kernel_timeline.py --case "$cases" --runs 9 --kernel "$kern" \
                 > "$KD/timeline_$kern.log" 2>&1 ;;
     sanitize) { in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=fused --jobs 8

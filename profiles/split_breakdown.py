@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case", default="", help="comma list of case-name substrings (default: all)")
     ap.add_argument("--quick", action="store_true", help="shorter timing budgets")
     ap.add_argument("--sweep", default="", help="comma list of num_splits to time the call at (see above)")
+    ap.add_argument("--config", default="", help="an experiment: Sm90FwdConfig fields every plan of this "
+                    "process takes, e.g. tile_n=32,kv_stages=2 (see override_configs)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("split_breakdown: needs a CUDA GPU", file=sys.stderr)
@@ -46,6 +48,8 @@ def main(argv=None) -> int:
     from fa512.tools.bench import PROFILE_KERNELS, GraphTimer, copy_timer, profile_latency_inputs, rep_budget
 
     kernel, kv = PROFILE_KERNELS[args.kernel]
+    if args.config:
+        override_configs(args.config)
     device = torch.device("cuda")
     reps = rep_budget(args.quick)
     sweep = sorted({int(x) for x in args.sweep.split(",") if x})
@@ -84,6 +88,31 @@ def main(argv=None) -> int:
         print(f"{case.name:30s} {splits:6d} {plan.ctas:5d} {us['call']:8.2f} {us['fwd']:8.2f} {us['unsplit']:8.2f} "
               f"{(before + after) / 2:8.2f}", flush=True)
     return 0
+
+
+def override_configs(text: str) -> None:
+    """Make every SM90 config this process plans take the fields of ``text`` ("a=1,b=x"), so
+    a variant that no dispatch row selects can be timed against the planned one (an A/B for a
+    change to `cute_kernels.variants.default_config`). Plans are made after this."""
+    import dataclasses
+
+    import cute_kernels.variants as variants
+
+    fields = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        fields[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    planned = variants.default_config
+
+    def default_config(**kwargs):
+        config = dataclasses.replace(planned(**kwargs), **fields)
+        ok, why = config.can_implement()
+        if not ok:
+            raise SystemExit(f"split_breakdown: --config {text}: {why}")
+        return config
+
+    variants.default_config = default_config
+    print(f"config override: {fields}", flush=True)
 
 
 if __name__ == "__main__":
