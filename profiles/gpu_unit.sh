@@ -15,6 +15,7 @@
 #   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
 #   sweep     split_breakdown --sweep SWEEP_SPLITS in final and in main, the SWEEP_CASES, SWEEP_KERNEL
 #   breakdown split_breakdown (call, forward alone, unsplit, copy) in final and in main (the same)
+#   sweep2    the sweep in final2, final, final2 (FINAL2 set; SWEEP2_SPLITS, fused counts only)
 #   timeline  kernel_timeline.py in final, SWEEP_CASES and SWEEP_KERNEL (CTA (0,0,0)'s events, every CTA's record)
 #   sanitize  memcheck + racecheck of the fused variants, racecheck_alt_cases.py fu1..fue, in final
 #   fuzz      the tools half's fuzz (4 processes at once) in final
@@ -36,7 +37,15 @@ source profiles/tree_cache.sh
 trees() { OUT=$KD bash profiles/wip_trees.sh "$@" >> "$P" 2>&1; }
 if [ ! -d /root/wip_final ] || [ -e /root/wip_final/BUILD_FAILED ]; then trees build_set final ${FINAL:-}; fi
 [ -e /root/wip_final/BUILD_FAILED ] && { log "final did not build"; exit 1; }
+# FINAL2 (patches, in order): a second tree, /root/wip_final2, for the sweep2 unit only; its cache
+# holds the fused variants (the sweep2 split counts run no other forward)
+if [ -n "${FINAL2:-}" ]; then
+  if [ ! -d /root/wip_final2 ] || [ -e /root/wip_final2/BUILD_FAILED ]; then trees build_set final2 $FINAL2; fi
+  [ "${FILL:-1}" = 1 ] && ( cd /root/wip_final2 && FA512_CACHE_DIR=$(cache_of .) timeout 300 \
+      python3 -m fa512 compile --fill-cache --only fused --jobs 4 > "$KD/fill_final2.log" 2>&1 ) & fill2=$!
+fi
 [ "${FILL:-1}" = 1 ] && { trees fill final; log filled; }
+[ -n "${fill2:-}" ] && { wait "$fill2"; log "filled final2 (fused): rc=$? $(tail -n 1 "$KD/fill_final2.log" | cut -c1-100)"; }
 in_final() { ( cd /root/wip_final && FA512_CACHE_DIR=$(cache_of .) "$@" ); }
 cases=${SWEEP_CASES:-MTP q=4 B=1,decode B=8}
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -51,12 +60,15 @@ for unit in "$@"; do
             -p no:cacheprovider > "$KD/many_final.log" 2>&1 ;;
     ab) K=${K:-fp8_mma,mma16[bf16kv]} FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh /root/wip_final . \
           ${AB_ROUNDS:-new base base new} >> "$P" 2>&1 ;;
-    sweep|breakdown)
-           for t in /root/wip_final .; do
+    sweep|breakdown|sweep2)
+           trees_of_unit="/root/wip_final ."
+           [ ${unit%%:*} = sweep2 ] && trees_of_unit="/root/wip_final2 /root/wip_final /root/wip_final2"
+           for t in $trees_of_unit; do
              echo "== $t"
              ( cd $t && FA512_CACHE_DIR=$(cache_of .) timeout 240 python3 profiles/split_breakdown.py \
                  --quick --case "$cases" --kernel "$kern" ${cfg:+--config "$cfg"} \
-                 $( [ ${unit%%:*} = sweep ] && echo --sweep "${SWEEP_SPLITS:-8,16,112,128,132}" ) )
+                 $( [ ${unit%%:*} = sweep ] && echo --sweep "${SWEEP_SPLITS:-8,16,112,128,132}" ) \
+                 $( [ ${unit%%:*} = sweep2 ] && echo --sweep "${SWEEP2_SPLITS:-16,32,112,128}" ) )
              echo "rc=$?"
            done > "$KD/${unit%%:*}_$tag.log" 2>&1 ;;
     timeline) in_final timeout 240 python3 profiles/kernel_timeline.py --case "$cases" --runs 9 --kernel "$kern" \
