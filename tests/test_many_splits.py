@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import fa512
+from fa512.planning.splits import fuses
 from fa512.tools.fuzz import EMULATION_BAR, TOLERANCES, compare
 
 from helpers import make_problem
@@ -30,9 +31,8 @@ MTP1 = ([4], [28672])  # issue 22's MTP case: one sequence, one kv head
 def _combine(shape, splits, kernel="fp8_mma"):
     """How the SM90 plan merges ``splits`` partials of ``shape`` (one tile per sequence, 8 heads
     packed): fp8_mma inside the forward for grids of at most 132 CTAs of at most 2 (row,
-    quarter) merges each (`Mma16Backend.fuses_combine`), else (and mma16) the combine kernel."""
-    rows = 8 * max(shape[0])
-    fused = kernel == "fp8_mma" and len(shape[0]) * splits <= 132 and -(-rows * 4 // splits) <= 2
+    quarter) merges each (`fa512.planning.splits.fuses`), else (and mma16) the combine kernel."""
+    fused = kernel == "fp8_mma" and fuses(8 * max(shape[0]), splits, len(shape[0]) * splits, 132)
     return "fused" if fused else "kernel"
 
 
@@ -184,8 +184,16 @@ def test_gpu_mtp_one_sequence_fuses_its_combine_and_matches_the_oracle(kernel, k
 
 @GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("splits", [3, 32, 64, 256])  # 32: the fused combine, else the combine kernel
-def test_gpu_combine_matches_a_float64_merge_of_its_partials(splits):
+@pytest.mark.parametrize(
+    "shape, splits, combine",
+    [(DECODE, 3, "kernel"), (DECODE, 32, "fused"), (DECODE, 64, "kernel"), (DECODE, 256, "kernel"),
+     (MTP1, 112, "fused"), (MTP1, 132, "fused")],
+    ids=["decode-3", "decode-32", "decode-64", "decode-256", "mtp1-112", "mtp1-132"],
+)
+def test_gpu_combine_matches_a_float64_merge_of_its_partials(shape, splits, combine):
+    # decode-256: more splits than the combine kernel's threads; mtp1-112: two (row, quarter)
+    # pieces on 16 of the fused forward's CTAs; mtp1-132: one piece each on 128 CTAs, 4 CTAs
+    # with none, and 20 splits with no keys (448 key blocks, 4 a split).
     # The same call's uncombined partials, merged in float64 on the host side, against the op's
     # output (bf16: one rounding) and lse (fp32): the combine kernel adds nothing of its own.
     from fa512.call import make_call
@@ -193,11 +201,11 @@ def test_gpu_combine_matches_a_float64_merge_of_its_partials(splits):
     from fa512.launch.run import last_launch
     from fa512.numerics.reference import merge_partials
 
-    q, k, v, kw = _problem(DECODE, torch.float8_e4m3fn, device="cuda")
+    q, k, v, kw = _problem(shape, torch.float8_e4m3fn, device="cuda")
     kw = dict(kw, causal=True, softmax_scale=0.06)
     out, lse = fa512.attention(q, k, v, **kw, num_splits=splits, kernel="fp8_mma")
     assert last_launch["kernel"] == "fp8_mma" and last_launch["num_splits"] == splits
-    assert last_launch["combine"] == _combine(DECODE, splits)
+    assert last_launch["combine"] == _combine(shape, splits) == combine
     o_parts, lse_parts = partials(make_call(q, k, v, **kw, num_splits=splits, kernel="fp8_mma"))
     assert o_parts.shape[0] == splits
     want, want_lse = merge_partials(o_parts.double(), lse_parts.double().transpose(1, 2))  # (total_q, Hq, ...)

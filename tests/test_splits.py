@@ -5,7 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fa512 import MAX_SPLITS
-from fa512.planning.splits import fa3_num_splits, key_blocks, plan_num_splits, split_model, workspace_bytes
+from fa512.planning.splits import (
+    MAX_FUSED_MERGES, fa3_num_splits, fused_merges, fuses, key_blocks, plan_num_splits, split_model, workspace_bytes,
+)
 
 
 def plan(**over):
@@ -113,7 +115,7 @@ def test_plan_ctas_is_the_forward_grid(kernel, batch, q, k, hq, hkv, tiles):
     assert f"ctas      : {p.ctas} (132 SMs)" in p.describe()
     # the combine: none unsplit; inside the forward for SM90 grids that fit the GPU at once
     rows = min(64, q * (hq // hkv if 64 % (hq // hkv) == 0 else 1))
-    fused = getattr(p.config, "mma_path", None) == "fp8_mma" and 1 < p.num_splits and p.ctas <= 132 and -(-rows * 4 // p.num_splits) <= 2
+    fused = getattr(p.config, "mma_path", None) == "fp8_mma" and fuses(rows, p.num_splits, p.ctas, 132)
     assert p.combine == ("none" if p.num_splits == 1 else "fused" if fused else "kernel")
     assert f"(combine: {p.combine})" in p.describe()
 
@@ -170,11 +172,13 @@ def test_reference_launches_no_grid():
 # -- the planner's choices on issue 22's shapes (H200: sm_90 with 132 SMs) ------------------------
 # A table, so that a change of the model or of a kernel's max_splits shows as a diff here. The MTP
 # row: 448 key blocks of 64 keys over one M tile; 112 splits give every CTA 4 blocks, and no count
-# up to 132 CTAs gives fewer (3 blocks need 150 CTAs, a second wave), so the model stops at 112.
+# up to 132 CTAs gives fewer (3 blocks need 150 CTAs, a second wave). 128 splits read the same
+# 4 blocks on the busiest CTA (16 splits are empty) and give each CTA one of the fused merge's 128
+# (row, quarter) pieces instead of two on 16 CTAs, so fp8_mma takes 128 (issue 22: plan.ctas >= 128).
 PLANNER_TABLE = [
     # kernel, (batch, q, keys, Hq, Hkv), kv dtype -> (num_splits, ctas)
     ("fp8_mma", (1, 1, 8192, 32, 4), "fp8", (32, 128)),
-    ("fp8_mma", (1, 4, 28672, 8, 1), "fp8", (112, 112)),
+    ("fp8_mma", (1, 4, 28672, 8, 1), "fp8", (128, 128)),
     ("fp8_mma", (8, 1, 8192, 8, 1), "fp8", (16, 128)),
     ("fp8_mma", (4, 1, 32768, 32, 4), "fp8", (8, 128)),
     ("fp8_mma", (32, 4, 28672, 8, 1), "fp8", (4, 128)),
@@ -199,3 +203,26 @@ def test_planner_table(kernel, shape, kv, want):
         kw["k"] = kw["v"] = torch.zeros(kw["k"].shape, dtype=torch.bfloat16)
     p = fa512.plan(**kw, kernel=kernel, target="sm_90:132")
     assert (p.num_splits, p.ctas) == want, p.reason
+
+
+def test_fused_merge_rule():
+    # (row, quarter) pieces of the busiest CTA; fused only for resident grids of <= 2 pieces a CTA
+    assert fused_merges(32, 112) == 2 and fused_merges(32, 128) == 1 and fused_merges(8, 16) == 2
+    assert fuses(32, 112, 112, 132) and fuses(32, 128, 128, 132)
+    assert not fuses(32, 4, 128, 132)  # MTP B=32: 32 pieces a CTA
+    assert not fuses(8, 40, 160, 132)  # not resident at once
+    assert not fuses(0, 16, 16, 132) and not fuses(32, 1, 1, 132)  # no fused twin; unsplit
+    assert fused_merges(8, 16) <= MAX_FUSED_MERGES < fused_merges(8, 8)
+
+
+def test_split_model_gives_empty_splits_no_bandwidth():
+    # 448 blocks: at 112 and 128 splits the busiest CTA reads 4 blocks, and 112 CTAs read keys
+    # in both (the kernels' ranges leave splits 112..127 empty), so with the combine kernel the two
+    # differ only by the 16 extra partials; fused, 128 saves the second merge piece of 16 CTAs.
+    from fa512.planning.splits import DEVICE_BW, FUSED_MERGE_S
+
+    kw = dict(batch=1, num_kv_heads=1, group_size=8, max_seqlen_q=4, max_seqlen_k=28672, window_left=-1,
+              window_right=-1, num_sms=132, block_m=64, block_n=64, kv_elem_bytes=1)
+    kernel, fused = split_model(**kw), split_model(**kw, fused_rows=32)
+    assert kernel.time(128) - kernel.time(112) == pytest.approx(16 * kernel.partial / DEVICE_BW, rel=1e-6)
+    assert fused.time(112) - fused.time(128) == pytest.approx(FUSED_MERGE_S - 16 * fused.partial / DEVICE_BW, rel=1e-6)

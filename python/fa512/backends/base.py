@@ -18,7 +18,7 @@ from ..contract import MAX_GRID_YZ, MAX_SPLITS, REFERENCE_ONLY_DTYPES
 from ..errors import KernelUnavailableError
 from ..planning.descales import descale_view
 from ..planning.problem import FwdArgs, Problem
-from ..planning.splits import workspace_bytes
+from ..planning.splits import fuses, workspace_bytes
 
 _MAX_DESCALE_VIEWS = 256  # per launcher: descale tensors seen (one per layer is typical)
 
@@ -124,10 +124,16 @@ class Backend:
         """Kernel launches of one call: the forward, plus the split combine when split."""
         return 1 + (num_splits > 1)
 
+    def fused_merge_rows(self, config, problem: Problem) -> int:
+        """The packed rows of one tile that a fused split forward of ``config`` merges, or 0
+        where this kernel has no fused combine for the call (`fa512.planning.splits.fuses`)."""
+        return 0
+
     def fuses_combine(self, config, problem: Problem, num_splits: int, ctas: int, target) -> bool:
         """Whether a split call of ``config`` (``num_splits``, a grid of ``ctas``) merges its
         partials inside the forward instead of in a combine kernel (`Plan.combine`)."""
-        return False
+        slots = target.num_sms * getattr(config, "ctas_per_sm", 1)
+        return fuses(self.fused_merge_rows(config, problem), num_splits, ctas, slots)
 
     def kernel_names(self, config, num_splits: int, combine: str) -> tuple:
         """The compiled kernels one call runs, by compile-cache key (`Plan.kernels`); empty for a

@@ -25,9 +25,6 @@ from ..planning.problem import FwdArgs, Problem
 from .base import Backend, Launcher, PartialLauncher, grid_refusal, reference_only_dtype
 
 WINDOW_INF = 1 << 30  # cute_kernels.mask.WINDOW_INF: "unbounded" window side
-# The fused combine's (row, 128-column quarter) merges per split CTA, at most (`fuses_combine`)
-MAX_FUSED_MERGES = 2
-
 
 def mask_kind(problem: Problem) -> str:
     """"causal" (window (inf, 0)), "local" (any finite window), or "none".
@@ -347,20 +344,18 @@ class Mma16Backend(Backend):
         return tuple(spec.key() for spec in kernel_specs(config, num_splits, fused=combine == "fused")
                      if spec is not None)
 
-    def fuses_combine(self, config, problem: Problem, num_splits: int, ctas: int, target) -> bool:
-        """Split calls whose whole grid is resident at once (one CTA per SM: the fused merge
-        polls for its tile's other splits), that have a fused variant (`variant_list`: no local
-        windows, not the alternating prefill layout), and whose split CTAs merge at most
-        `MAX_FUSED_MERGES` (row, quarter) pieces each: the pieces of one CTA run one after
-        another (~1-1.5 us each, an estimate), where the combine kernel runs them all at once
-        (MTP q=4 B=32 x 28k at 4 splits would give each CTA 32). fp8_mma only: the dequant
-        control lost its A/B (H200 2026-12-03, decode B=1 x 8k, 22 splits, CUDA-graph replay:
-        mma16 on bf16 KV 27.7 us with the combine kernel, 29.1-29.2 fused; on fp8 KV 30-31 vs
-        33 us), where fp8_mma won (17.6 vs 16.6-16.9 us)."""
-        rows = min(config.block_m, max(1, problem.max_seqlen_q) * config.qhead_per_kvhead)
-        merges = -(-rows * 4 // max(1, num_splits))
-        return (config.mma_path == "fp8_mma" and 0 < ctas <= target.num_sms * config.ctas_per_sm
-                and config.mask != "local" and config.layout != "alternate" and merges <= MAX_FUSED_MERGES)
+    def fused_merge_rows(self, config, problem: Problem) -> int:
+        """Split calls merge inside the forward (`fa512.planning.splits.fuses`: a grid resident
+        at once, at most `MAX_FUSED_MERGES` (row, quarter) pieces a CTA, since a CTA's pieces
+        run one after another where the combine kernel runs them all at once; MTP q=4 B=32 x 28k
+        at 4 splits would give each CTA 32) where the config has a fused twin (`variant_list`:
+        no local windows, not the alternating prefill layout). fp8_mma only: the dequant control
+        lost its A/B (H200 2026-12-03, decode B=1 x 8k, 22 splits, CUDA-graph replay: mma16 on
+        bf16 KV 27.7 us with the combine kernel, 29.1-29.2 fused; on fp8 KV 30-31 vs 33 us),
+        where fp8_mma won (17.6 vs 16.6-16.9 us)."""
+        if config.mma_path != "fp8_mma" or config.mask == "local" or config.layout == "alternate":
+            return 0
+        return min(config.block_m, max(1, problem.max_seqlen_q) * config.qhead_per_kvhead)
 
     def workspace_bytes(self, num_splits: int, problem: Problem, config=None) -> int:
         ws = super().workspace_bytes(num_splits, problem)

@@ -226,6 +226,7 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
             ctas_per_sm=config.ctas_per_sm,
             cta_bw_share=getattr(config, "cta_bw_share", PER_CTA_BW_SHARE),
             max_splits=min(backend.max_splits, grid_splits),
+            fused_rows=backend.fused_merge_rows(config, problem),
         )
         splits, split_reason = decision.num_splits, decision.reason
     ws = backend.workspace_bytes(splits, problem, config) if backend.splits_kv else 0

@@ -18,11 +18,19 @@ CTA cannot draw the whole memory bandwidth on its own, which is what splitting b
 fa512 instead minimises a small time model over ``s = 1 .. min(max_splits, key blocks)``::
 
     ctas(s)      = mblocks * s                       (mblocks = B * Hq/P * ceil(max_seqlen_q * P / block_m))
+    per(s)       = ceil(n_blocks / s)                (key blocks of a split: the kernels' ranges)
+    active(s)    = mblocks * ceil(n_blocks / per(s)) (the CTAs that read keys; the rest are empty)
     waves(s)     = ceil(ctas(s) / slots)             (slots  = SMs * ctas_per_sm)
-    cta_bytes(s) = q_tile + ceil(n_blocks / s) * kv_block + [s > 1] * partial
-    cta_bw(s)    = min(cta_bw_share * bw / slots, bw / min(ctas(s), slots))
+    cta_bytes(s) = q_tile + per(s) * kv_block + [s > 1] * partial
+    cta_bw(s)    = min(cta_bw_share * bw / slots, bw / min(active(s), slots))
     time(s)      = waves(s) * cta_bytes(s) / cta_bw(s)
-                 + [s > 1] * (COMBINE_LAUNCH_S + (ctas(s) * partial + out_bytes) / bw)
+                 + [s > 1] * (combine(s) + (ctas(s) * partial + out_bytes) / bw)
+    combine(s)   = FUSED_ARRIVE_S + merges(s) * FUSED_MERGE_S   where the forward merges (`fuses`)
+                 = COMBINE_LAUNCH_S                              where a combine kernel does
+
+``merges(s)`` is the (row, 128-column quarter) pieces one split CTA of a fused call merges, one
+after another (`fused_merges`): at 448 key blocks (MTP q=4 B=1 x 28k) 112 and 128 splits both
+give 4 blocks a CTA, and only 128 gives each CTA one of the tile's 128 pieces.
 
 (P: the query heads of a kv head packed into one M tile, `Backend.heads_per_tile`: the whole
 group G, or 1 where the SM90 kernel cannot pack G into its 64 rows) and keeps the smallest ``s``
@@ -47,7 +55,28 @@ DEVICE_BW = 4.3e12  # bytes/s, H200 device-to-device copy (read + write), 2026-1
 # share. Backends pass their own measured value (config field `cta_bw_share`).
 PER_CTA_BW_SHARE = 1.5
 COMBINE_LAUNCH_S = 3e-6  # fixed cost of the extra combine launch
+# The fused combine (`cute_kernels.fused_combine`): the arrival counter's round trips, then each
+# (row, quarter) piece a CTA merges. Leads; `profiles/split_breakdown.py --sweep` on an H100
+# (2026-12-07, s36) gave MTP q=4 B=1 x 28k 24.13 us at 112 splits (two pieces on 16 CTAs) and
+# 23.73 at 128 (one each): ~0.4 us for the second piece.
+FUSED_ARRIVE_S = 1e-6
+FUSED_MERGE_S = 1e-6
+MAX_FUSED_MERGES = 2  # pieces per CTA beyond which the combine kernel (all pieces at once) wins
+COL_CHUNKS = 4  # the merge's pieces per row: 128-column quarters (cute_kernels.combine.COL_CHUNKS)
 NEAR_BEST = 1.05
+
+
+def fused_merges(rows: int, num_splits: int) -> int:
+    """(row, quarter) pieces the busiest split CTA of a tile of ``rows`` packed rows merges."""
+    return -(-rows * COL_CHUNKS // max(1, num_splits))
+
+
+def fuses(rows: int, num_splits: int, ctas: int, slots: int) -> bool:
+    """Whether a split call merges inside its forward: the kernel can (``rows`` > 0: the packed
+    rows of a tile, `Backend.fused_merge_rows`), the grid is resident at once (the merge polls
+    for its tile's other splits) and no CTA merges more than `MAX_FUSED_MERGES` pieces."""
+    return (rows > 0 and num_splits > 1 and 0 < ctas <= slots
+            and fused_merges(rows, num_splits) <= MAX_FUSED_MERGES)
 
 
 @dataclass(frozen=True)
@@ -84,15 +113,22 @@ class SplitModel:
     partial: int
     out_bytes: int
     cta_bw_share: float = PER_CTA_BW_SHARE
+    fused_rows: int = 0  # packed rows of a tile where the kernel can fuse its combine, else 0
 
     def time(self, s: int) -> float:
         ctas = self.mblocks * s
+        per = -(-self.n_blocks // s)
+        active = self.mblocks * -(-self.n_blocks // per)
         waves = -(-ctas // self.slots)
-        cta_bytes = self.q_tile + -(-self.n_blocks // s) * self.kv_block + (self.partial if s > 1 else 0)
-        cta_bw = min(self.cta_bw_share * DEVICE_BW / self.slots, DEVICE_BW / min(ctas, self.slots))
+        cta_bytes = self.q_tile + per * self.kv_block + (self.partial if s > 1 else 0)
+        cta_bw = min(self.cta_bw_share * DEVICE_BW / self.slots, DEVICE_BW / min(active, self.slots))
         t = waves * cta_bytes / cta_bw
         if s > 1:
-            t += COMBINE_LAUNCH_S + (ctas * self.partial + self.out_bytes) / DEVICE_BW
+            if fuses(self.fused_rows, s, ctas, self.slots):
+                t += FUSED_ARRIVE_S + fused_merges(self.fused_rows, s) * FUSED_MERGE_S
+            else:
+                t += COMBINE_LAUNCH_S
+            t += (ctas * self.partial + self.out_bytes) / DEVICE_BW
         return t
 
 
@@ -112,13 +148,14 @@ def plan_num_splits(
     ctas_per_sm: int = 1,
     cta_bw_share: float = PER_CTA_BW_SHARE,
     max_splits: int = MAX_SPLITS,
+    fused_rows: int = 0,
 ) -> SplitDecision:
     """Pick num_splits >= 1 for one launch. Every argument is a host int (see module docstring)."""
     model = split_model(
         batch=batch, num_kv_heads=num_kv_heads, group_size=group_size, max_seqlen_q=max_seqlen_q,
         max_seqlen_k=max_seqlen_k, window_left=window_left, window_right=window_right, num_sms=num_sms,
         block_m=block_m, block_n=block_n, kv_elem_bytes=kv_elem_bytes, ctas_per_sm=ctas_per_sm,
-        cta_bw_share=cta_bw_share,
+        cta_bw_share=cta_bw_share, fused_rows=fused_rows,
     )
     if max_seqlen_k == 0 or max_seqlen_q * group_size == 0:
         return SplitDecision(1, model.n_blocks, model.mblocks, "no keys or no queries: nothing to split")
@@ -140,7 +177,7 @@ def forward_tiles(*, batch: int, num_tile_heads: int, heads_per_tile: int, max_s
 
 def split_model(
     *, batch, num_kv_heads, group_size, max_seqlen_q, max_seqlen_k, window_left, window_right, num_sms,
-    block_m, block_n, kv_elem_bytes, ctas_per_sm=1, cta_bw_share=PER_CTA_BW_SHARE,
+    block_m, block_n, kv_elem_bytes, ctas_per_sm=1, cta_bw_share=PER_CTA_BW_SHARE, fused_rows=0,
 ) -> SplitModel:
     """``num_kv_heads`` and ``group_size`` as the kernel tiles them: Hq / P tile heads of P packed
     query heads (the GQA group, or 1 when the kernel does not pack)."""
@@ -157,6 +194,7 @@ def split_model(
         partial=rows_per_mblock * HEAD_DIM * 4,
         out_bytes=mblocks * rows_per_mblock * HEAD_DIM * 2,
         cta_bw_share=cta_bw_share,
+        fused_rows=fused_rows,
     )
 
 

@@ -97,7 +97,7 @@ def case_for(cfg) -> SweepCase:
     k_lens = (3 * 64 + 37,) if bound else (long_keys,) if long else (3 * 64 + 37, 64 + 5)
     causal = cfg.mask in ("causal", "local")
     # Split variants: the dispatch fuses the combine into grids of at most one CTA per SM whose
-    # CTAs merge at most 2 (row, quarter) pieces each (`Mma16Backend.fuses_combine`): one
+    # CTAs merge at most 2 (row, quarter) pieces each (`fa512.planning.splits.fuses`): one
     # sequence and 2 splits per row of the tile; the combine-kernel twin takes more splits than
     # 132 CTAs hold (empty splits included).
     splits = 1
