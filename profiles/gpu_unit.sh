@@ -9,7 +9,7 @@
 # Units, run in the order given, each under its own timeout (sweep, breakdown and timeline take
 # a kernel as UNIT:KERNEL, e.g. sweep:mma16-bf16; default SWEEP_KERNEL or fp8_mma; sweep and
 # breakdown also UNIT:KERNEL:FIELDS, split_breakdown.py --config FIELDS, e.g.
-# sweep:mma16-bf16:tile_n=32,kv_stages=2):
+# sweep:mma16-bf16:tile_n=32,kv_stages=2; SWEEP_PRECISION=accurate times fp8_mma's accurate mode):
 #   kernels   the GPU suite's kernel half in final (wip_trees.sh kernels)
 #   many      tests/test_many_splits.py in final (62 s on an H100)
 #   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
@@ -53,7 +53,7 @@ for unit in "$@"; do
   s=$(date +%s)
   kern=${unit#*:}; [ "$kern" = "$unit" ] && kern=${SWEEP_KERNEL:-fp8_mma}  # sweep:mma16-bf16 etc.
   cfg=${kern#*:}; [ "$cfg" = "$kern" ] && cfg=""; kern=${kern%%:*}  # sweep:KERNEL:tile_n=32,kv_stages=2
-  tag=$kern${cfg:+_$(echo "$cfg" | tr ',=' '-_')}
+  tag=$kern${cfg:+_$(echo "$cfg" | tr ',=' '-_')}${SWEEP_PRECISION:+_$SWEEP_PRECISION}
   case ${unit%%:*} in
     kernels) trees kernels final ;;
     many) in_final timeout 200 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs \
@@ -67,6 +67,7 @@ for unit in "$@"; do
              echo "== $t"
              ( cd $t && FA512_CACHE_DIR=$(cache_of .) timeout 240 python3 profiles/split_breakdown.py \
                  --quick --case "$cases" --kernel "$kern" ${cfg:+--config "$cfg"} \
+                 ${SWEEP_PRECISION:+--precision "$SWEEP_PRECISION"} \
                  $( [ ${unit%%:*} = sweep ] && echo --sweep "${SWEEP_SPLITS:-8,16,112,128,132}" ) \
                  $( [ ${unit%%:*} = sweep2 ] && echo --sweep "${SWEEP2_SPLITS:-16,32,112,128}" ) )
              echo "rc=$?"

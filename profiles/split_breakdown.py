@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case", default="", help="comma list of case-name substrings (default: all)")
     ap.add_argument("--quick", action="store_true", help="shorter timing budgets")
     ap.add_argument("--sweep", default="", help="comma list of num_splits to time the call at (see above)")
+    ap.add_argument("--precision", default="auto", choices=("auto", "fast", "accurate"),
+                    help="fp8_mma's numerics (`fa512.attention`'s precision); the other kernels ignore it")
     ap.add_argument("--config", default="", help="an experiment: Sm90FwdConfig fields every plan of this "
                     "process takes, e.g. tile_n=32,kv_stages=2 (see override_configs)")
     args = ap.parse_args(argv)
@@ -59,14 +61,16 @@ def main(argv=None) -> int:
         print(f"{'case':30s} {'splits':>6s} {'CTAs':>5s} {'call us':>8s} {'fwd us':>8s} {'unsplit':>8s} {'copy us':>8s}")
     for case, w, sets in profile_latency_inputs(args.case, kv, device):
         first = sets[0][0]
-        plan = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel)
+        plan = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel, precision=args.precision)
         splits = plan.num_splits
 
         def call(c, o, s=0):
-            return lambda: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel, num_splits=s)
+            return lambda: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel, num_splits=s,
+                                           precision=args.precision)
 
         def fwd(c):
-            return lambda: partials(make_call(c.q, c.k, c.v, **c.kwargs(), kernel=kernel, num_splits=splits))
+            return lambda: partials(make_call(c.q, c.k, c.v, **c.kwargs(), kernel=kernel, num_splits=splits,
+                                              precision=args.precision))
 
         if sweep:
             counts = sorted({splits, *(n for n in sweep if 1 <= n <= MAX_SPLITS)})
