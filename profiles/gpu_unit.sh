@@ -35,12 +35,14 @@ source /root/device-env.sh
 export PYTHONPATH=python:.:${PYTHONPATH:-}
 source profiles/tree_cache.sh
 trees() { OUT=$KD bash profiles/wip_trees.sh "$@" >> "$P" 2>&1; }
-if [ ! -d /root/wip_final ] || [ -e /root/wip_final/BUILD_FAILED ]; then trees build_set final ${FINAL:-}; fi
+# a tree is rebuilt when it failed or was built from other patches (FINAL_SET: its list)
+stale() { [ ! -d "$1" ] || [ -e "$1/BUILD_FAILED" ] || [ "$(cat "$1/FINAL_SET" 2>/dev/null)" != "$2" ]; }
+if stale /root/wip_final "${FINAL:-}"; then trees build_set final ${FINAL:-}; echo "${FINAL:-}" > /root/wip_final/FINAL_SET; fi
 [ -e /root/wip_final/BUILD_FAILED ] && { log "final did not build"; exit 1; }
 # FINAL2 (patches, in order): a second tree, /root/wip_final2, for the sweep2 unit only; its cache
 # holds the fused variants (the sweep2 split counts run no other forward)
 if [ -n "${FINAL2:-}" ]; then
-  if [ ! -d /root/wip_final2 ] || [ -e /root/wip_final2/BUILD_FAILED ]; then trees build_set final2 $FINAL2; fi
+  if stale /root/wip_final2 "$FINAL2"; then trees build_set final2 $FINAL2; echo "$FINAL2" > /root/wip_final2/FINAL_SET; fi
   [ "${FILL:-1}" = 1 ] && ( cd /root/wip_final2 && FA512_CACHE_DIR=$(cache_of .) timeout 300 \
       python3 -m fa512 compile --fill-cache --only fused --jobs 4 > "$KD/fill_final2.log" 2>&1 ) & fill2=$!
 fi
