@@ -166,3 +166,17 @@ def test_grid_has_the_long_context_prefill_points():
             "chunked B=1 k=32k q=8k causal", "chunked B=1 k=128k q=2k causal", "prefill 8 x 1k causal"} <= names
     eight = next(p for p in bench_grid.bench_grid() if p.name == "prefill 8 x 1k causal")
     assert (eight.batch, eight.q_len, eight.seqlen_k) == (8, 1024, 1024)
+
+
+def test_the_accurate_mode_is_an_opt_in_bench_variant(capsys):
+    # issue 24 reads accurate decode's speed off `bench --kernels fp8_mma,fp8_mma[accurate]`;
+    # the default run is unchanged
+    labels = [v[0] for v in bench_grid.VARIANTS]
+    assert "fp8_mma[accurate]" not in labels and "fp8_mma[accurate]" not in parse([]).kernels.split(",")
+    assert [v[0] for v in bench_grid.OPT_IN_VARIANTS] == ["fp8_mma[accurate]"]
+    assert bench_grid.variant_precision("fp8_mma[accurate]") == "accurate"
+    assert {bench_grid.variant_precision(label) for label in labels} == {"auto"}
+    assert bench.main(parse(["--list", "--modes", "decode", "--kernels", "fp8_mma,fp8_mma[accurate]"])) == 0
+    assert "x 2 variants" in capsys.readouterr().out
+    assert bench.main(parse(["--list", "--kernels", "fp8_mma[fast]"])) == 2
+    assert "fp8_mma[accurate]" in capsys.readouterr().err  # the error names the opt-in too

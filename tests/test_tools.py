@@ -486,6 +486,22 @@ def test_bench_quick_on_gpu(tmp_path):
 
 
 @pytest.mark.gpu
+def test_bench_times_the_accurate_mode_beside_the_fast_one(tmp_path):
+    # decode rows of both (issue 24's "accurate decode at the fast mode's speed"); prefill rows of
+    # the accurate variant are refused (no accurate prefill tile), never run fast
+    rc = bench.main(parse(bench, ["--quick", "--modes", "decode,prefill", "--no-first-call", "--out", str(tmp_path),
+                                  "--kernels", "fp8_mma,fp8_mma[accurate]"]))
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    assert rc == 0
+    acc = [r for r in rows if r["variant"] == "fp8_mma[accurate]"]
+    decode = [r for r in acc if r["mode"] == "decode"]
+    assert decode and all(r["status"] == "ok" and r["precision"] == "accurate" for r in decode), decode
+    assert all(r["status"].startswith("not available") for r in acc if r["mode"] == "prefill")
+    fast = [r for r in rows if r["variant"] == "fp8_mma" and r["status"] == "ok"]
+    assert fast and all(r["precision"] == "fast" for r in fast)
+
+
+@pytest.mark.gpu
 def test_bench_latency_on_gpu(tmp_path):
     from fa512.tools.bench_grid import VARIANTS, latency_cases
 

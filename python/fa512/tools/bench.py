@@ -62,6 +62,7 @@ from .bench_grid import (  # noqa: F401 - keys_read, visible_pairs: re-exported 
     LATENCY_PAGE_SIZE,
     MEMORY_FRACTION,
     MODES,
+    OPT_IN_VARIANTS,
     VARIANTS,
     LatencyCase,
     Point,
@@ -72,6 +73,7 @@ from .bench_grid import (  # noqa: F401 - keys_read, visible_pairs: re-exported 
     latency_cases,
     latency_sets,
     rotation_sets,
+    variant_precision,
     visible_pairs,
     work,
 )
@@ -280,13 +282,14 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
     from .inputs import resolve_heads
 
     label, kernel, kv = variant
+    prec = variant_precision(label)
     hq, hkv = resolve_heads(heads)
     kv_bytes = KV_DTYPES[kv].itemsize
     row = {"point": point.name, **asdict(point), "variant": label, "kernel": kernel, "kv": kv, "heads": heads}
     # Ask on a small problem of the same kind first: a kernel that is not built, or does not
     # take this KV dtype or mask, is skipped before gigabytes of inputs are made for it.
     probe, _ = _make_set(Point(point.mode, 1, min(point.q_len, 128), min(point.seqlen_k, 256), point.causal, point.window_left), heads, kv, seed, device)
-    why = kernel_refusal(probe, kernel)
+    why = kernel_refusal(probe, kernel, prec)
     del probe
     if why is not None:
         row["status"] = f"not available: {why}"
@@ -302,12 +305,13 @@ def bench_point(point: Point, variant: tuple, heads: str, device, ceilings: dict
     try:
         sets = [_make_set(point, heads, kv, seed + i, device) for i in range(n_sets)]
         first = sets[0][0]
-        why = kernel_refusal(first, kernel)
+        why = kernel_refusal(first, kernel, prec)
         if why is not None:
             row["status"] = f"not available: {why}"
             return row
-        row["num_splits"] = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel).num_splits
-        calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel)) for c, o in sets]
+        plan = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel, precision=prec)
+        row.update(num_splits=plan.num_splits, precision=plan.precision)  # the numerics that run
+        calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel, precision=prec)) for c, o in sets]
         reps = timer.reps
         peak_key = "fp8_gemm" if kernel == "fp8_mma" else "bf16_gemm"
         before = timer.around(peak_key)
@@ -383,6 +387,7 @@ def bench_latency(case: LatencyCase, variant: tuple, device, reps: dict, l2_byte
     from ..launch.run import last_launch
 
     label, kernel, kv = variant
+    prec = variant_precision(label)
     kv_bytes = KV_DTYPES[kv].itemsize
     w = work(case.point, case.hq, case.hkv, kv_bytes)
     row = {"case": case.name, **asdict(case.point), "hq": case.hq, "hkv": case.hkv, "variant": label,
@@ -399,13 +404,13 @@ def bench_latency(case: LatencyCase, variant: tuple, device, reps: dict, l2_byte
     try:
         sets = [_make_set(case.point, case.heads, kv, seed + i, device) for i in range(n_sets)]
         first, first_out = sets[0]
-        why = kernel_refusal(first, kernel)
+        why = kernel_refusal(first, kernel, prec)
         if why is not None:
             row["status"] = f"not available: {why}"
             return row
-        ctas = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel).ctas
+        ctas = fa512.plan(first.q, first.k, first.v, **first.kwargs(), kernel=kernel, precision=prec).ctas
         last_launch.clear()
-        fa512.attention(first.q, first.k, first.v, **first.kwargs(), out=first_out, kernel=kernel)
+        fa512.attention(first.q, first.k, first.v, **first.kwargs(), out=first_out, kernel=kernel, precision=prec)
         torch.cuda.synchronize()
         ran = dict(last_launch)
         row.update(ran=ran.get("kernel"), num_splits=ran.get("num_splits"), ctas=ctas,
@@ -413,7 +418,7 @@ def bench_latency(case: LatencyCase, variant: tuple, device, reps: dict, l2_byte
         if row["ran"] != kernel:  # an explicit kernel never falls back; say so if it did
             row["status"] = f"error: asked for {kernel}, {row['ran']} ran"
             return row
-        calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel)) for c, o in sets]
+        calls = [(lambda c=c, o=o: fa512.attention(c.q, c.k, c.v, **c.kwargs(), out=o, kernel=kernel, precision=prec)) for c, o in sets]
         copy = copy_timer(w["bytes"], n_sets, device, reps)
         kernel_graph = GraphTimer(calls, reps)
         before = copy.time()
@@ -434,10 +439,11 @@ def host_overhead(variant: tuple, heads: str, device, n: int = 200) -> dict:
     import fa512
 
     label, kernel, kv = variant
+    prec = variant_precision(label)
     case, out = _make_set(Point("decode", 1, 1, 2048), heads, kv, 0, device)
-    if kernel_refusal(case, kernel) is not None:
+    if kernel_refusal(case, kernel, prec) is not None:
         return {}
-    call = lambda: fa512.attention(case.q, case.k, case.v, **case.kwargs(), out=out, kernel=kernel)  # noqa: E731
+    call = lambda: fa512.attention(case.q, case.k, case.v, **case.kwargs(), out=out, kernel=kernel, precision=prec)  # noqa: E731
     for _ in range(10):
         call()
     torch.cuda.synchronize()
@@ -475,20 +481,21 @@ def _first_call_child(label: str, heads: str) -> int:
     """Child of `first_call_latency`: time the first and second call of one variant, print JSON."""
     import fa512
 
-    variant = next(v for v in VARIANTS if v[0] == label)
+    variant = next(v for v in VARIANTS + OPT_IN_VARIANTS if v[0] == label)
     _, kernel, kv = variant
+    prec = variant_precision(label)
     device = torch.device("cuda")
     torch.cuda.init()
     case, out = _make_set(Point("decode", 1, 1, 2048), heads, kv, 0, device)
     torch.cuda.synchronize()
-    why = kernel_refusal(case, kernel)
+    why = kernel_refusal(case, kernel, prec)
     if why is not None:
         print("FIRST_CALL " + json.dumps({"status": f"not available: {why}"}))
         return 0
     times = []
     for _ in range(2):
         t0 = time.perf_counter()
-        fa512.attention(case.q, case.k, case.v, **case.kwargs(), out=out, kernel=kernel)
+        fa512.attention(case.q, case.k, case.v, **case.kwargs(), out=out, kernel=kernel, precision=prec)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     print("FIRST_CALL " + json.dumps({"first_s": times[0], "second_s": times[1]}))
@@ -590,7 +597,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=os.path.join("out", "bench"), help="directory for bench.json and the plot (default out/bench)")
     parser.add_argument("--json", default=None, help="JSON file to write (default OUT/bench.json)")
     parser.add_argument("--heads", default="31B", help="Gemma-4 heads: 31B, 26B-A4B, E2B or Hq/Hkv (default 31B)")
-    parser.add_argument("--kernels", default=",".join(v[0] for v in VARIANTS), help="comma list of variants (default all)")
+    parser.add_argument("--kernels", default=",".join(v[0] for v in VARIANTS), help="comma list of variants (default all of "
+                        "VARIANTS; " + ", ".join(v[0] for v in OPT_IN_VARIANTS) + " only when named)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma list of grid modes from {', '.join(MODES)} (default all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-first-call", action="store_true", help="skip the fresh-process first-call latency runs")
@@ -605,14 +613,14 @@ def _selected(args) -> tuple:
 
     hq, hkv = resolve_heads(args.heads)
     wanted = [k for k in args.kernels.split(",") if k]
-    known = [v[0] for v in VARIANTS]
+    known = [v[0] for v in VARIANTS + OPT_IN_VARIANTS]
     bad = [k for k in wanted if k not in known]
     if bad:
         raise ValueError(f"fa512 bench: --kernels: got {bad}, expected names from {', '.join(known)}")
     modes = [m for m in args.modes.split(",") if m]
     if any(m not in MODES for m in modes):
         raise ValueError(f"fa512 bench: --modes: got {modes}, expected names from {', '.join(MODES)}")
-    variants = [v for v in VARIANTS if v[0] in wanted]
+    variants = [v for v in VARIANTS + OPT_IN_VARIANTS if v[0] in wanted]
     points = [p for p in bench_grid(args.quick) if p.mode in modes]
     cases = latency_cases(args.quick) if "latency" in modes else []
     return hq, hkv, variants, points, cases

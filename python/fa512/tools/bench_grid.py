@@ -39,6 +39,10 @@ VARIANTS = (
     ("triton[fp8kv]", "triton", "fp8"),
     ("triton[bf16kv]", "triton", "bf16"),
 )
+# Run only when named in --kernels: fp8_mma's accurate mode (issue 24: "decode in accurate mode at
+# the fast mode's speed" is read off its decode rows beside fp8_mma's)
+OPT_IN_VARIANTS = (("fp8_mma[accurate]", "fp8_mma", "fp8"),)
+VARIANT_PRECISION = {"fp8_mma[accurate]": "accurate"}  # label -> fa512.attention's precision
 KV_DTYPES = {"fp8": torch.float8_e4m3fn, "bf16": torch.bfloat16}
 MAX_SETS = 32  # input sets rotated per grid point
 ROTATE_FACTOR = 4  # a grid point's rotated inputs should cover this many L2 caches
@@ -154,6 +158,11 @@ def latency_sets(working_bytes: int, l2_bytes: int = LATENCY_L2_BYTES) -> int:
     """Input sets a latency case rotates: the fewest whose working sets (the bytes each call
     moves, `work`) cover ``LATENCY_L2_FACTOR`` L2 caches, so no call finds its inputs in L2."""
     return max(1, -(-LATENCY_L2_FACTOR * l2_bytes // max(1, working_bytes)))
+
+
+def variant_precision(label: str) -> str:
+    """The ``precision`` a variant's calls pass ("auto" unless the label names a mode)."""
+    return VARIANT_PRECISION.get(label, "auto")
 
 
 def meta_plan(case: LatencyCase, variant: tuple, target: str = PLAN_TARGET):
@@ -282,7 +291,8 @@ def format_list(points: list, variants: list, cases: list, hq: int, hkv: int, he
 
 __all__ = [
     "CHUNKED", "DECODE_BATCHES", "DECODE_CONTEXTS", "HEAD_DIM", "KV_DTYPES", "LATENCY_CASES", "LATENCY_L2_BYTES",
-    "LATENCY_L2_FACTOR", "LOCAL_WINDOW_LEFT", "LatencyCase", "MODES", "Point", "PREFILL_LENGTHS", "VARIANTS",
+    "LATENCY_L2_FACTOR", "LOCAL_WINDOW_LEFT", "LatencyCase", "MODES", "OPT_IN_VARIANTS", "Point", "PREFILL_LENGTHS",
+    "VARIANT_PRECISION", "VARIANTS", "variant_precision",
     "bench_grid", "format_list", "input_set_bytes", "keys_read", "latency_cases", "latency_sets", "meta_plan",
     "rotation_sets", "visible_pairs", "work",
 ]
