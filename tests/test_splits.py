@@ -226,3 +226,11 @@ def test_split_model_gives_empty_splits_no_bandwidth():
     kernel, fused = split_model(**kw), split_model(**kw, fused_rows=32)
     assert kernel.time(128) - kernel.time(112) == pytest.approx(16 * kernel.partial / DEVICE_BW, rel=1e-6)
     assert fused.time(112) - fused.time(128) == pytest.approx(FUSED_MERGE_S - 16 * fused.partial / DEVICE_BW, rel=1e-6)
+
+
+def test_the_planner_counts_the_merge_pieces_the_kernels_deal():
+    # fa512.planning cannot import the DSL, so it keeps its own copy of the pieces per row
+    combine = pytest.importorskip("cute_kernels.combine")
+    from fa512.planning.splits import COL_CHUNKS
+
+    assert COL_CHUNKS == combine.COL_CHUNKS

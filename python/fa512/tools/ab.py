@@ -38,6 +38,8 @@ from typing import Optional
 
 import torch
 
+from .bench_grid import VARIANT_PRECISION
+
 ACCURATE_ENTRY = "emu:fa512_fp8_accurate"  # fp8_mma's accurate mode (two-term Q and P), exact accumulation
 EMU_ENTRIES = ("emu:dequant", "emu:fa512_fp8", "emu:fa512_fp8+2q", ACCURATE_ENTRY, "emu:anchor_fp8")
 EXACT_Q_ENTRY = "emu:fa512_fp8[exactQ]"
@@ -56,7 +58,7 @@ KERNEL_VARIANTS = (
 )
 # the ``precision`` each kernel entry runs with (`fa512.planning.precision`): fp8_mma's two modes
 # by name, every other entry the default
-PRECISION_OF = {"fp8_mma": "fast", "fp8_mma[accurate]": "accurate"}
+PRECISION_OF = {"fp8_mma": "fast", **VARIANT_PRECISION}  # the labels bench names too (`bench_grid`)
 DEQUANT_ENTRY = "emu:dequant"
 DEQUANT_KERNEL = "mma16[fp8kv]"
 
