@@ -17,8 +17,9 @@
 #   breakdown split_breakdown (call, forward alone, unsplit, copy) in final and in main (the same)
 #   sweep2    the sweep in final2, final, final2 (FINAL2 set; SWEEP2_SPLITS, fused counts only)
 #   timeline  kernel_timeline.py in final, SWEEP_CASES and SWEEP_KERNEL (CTA (0,0,0)'s events, every CTA's record)
-#   sanitize  memcheck + racecheck of the fused variants, racecheck_alt_cases.py fu1..fue, in final
-#   fuzz      the tools half's fuzz (4 processes at once) in final
+#   sanitize  memcheck + racecheck of the fused variants (SANITIZE_ONLY: key substrings, default
+#             fused), racecheck_alt_cases.py fu1..fue, in final
+#   fuzz      the tools half's fuzz in final: one compile pass (fuzz --prepare-only), then 4 processes at once
 #   rest      the tools half's other modules in final
 # Logs: $OUT/keep/, one line per step in $OUT/keep/progress.txt; a background loop re-packs
 # them into $OUT/keep.tgz every 20 s (the device returns at most 8 files, and a call cut at its
@@ -76,8 +77,11 @@ for unit in "$@"; do
            done > "$KD/${unit%%:*}_$tag.log" 2>&1 ;;
     timeline) in_final timeout 240 python3 profiles/kernel_timeline.py --case "$cases" --runs 9 --kernel "$kern" \
                 > "$KD/timeline_$kern.log" 2>&1 ;;
-    sanitize) { in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only=fused --jobs 8
-                echo "sanitize rc=$?"
+    sanitize) { for only in ${SANITIZE_ONLY:-fused}; do
+                  echo "== sanitize --only=$only"
+                  in_final timeout 400 python3 -m fa512 sanitize --tools memcheck,racecheck --only="$only" --jobs 8
+                  echo "sanitize $only rc=$?"
+                done
                 for c in fu1 fu2 fu3 fue; do
                   echo "== racecheck $c"
                   in_final timeout 200 "$CS" --tool racecheck python3 profiles/racecheck_alt_cases.py $c 2>&1 | tail -n 3

@@ -97,10 +97,16 @@ case $step in
         ids=$(in_tree "$name" python3 -m pytest --collect-only -q -m gpu $TOOLS_FUZZ -p no:cacheprovider 2>/dev/null \
               | grep '::')
         [ -n "$ids" ] || echo "tools $name (fuzz): NO TESTS COLLECTED from $TOOLS_FUZZ"
+        # one compile pool for the four kernels' cases first (the tests' 500 cases, seed 0): four
+        # processes that each compiled with a pool per core ran >590 s on an H100 (2026-12-07)
+        in_tree "$name" timeout 400 python3 -m fa512 fuzz --cases 500 --device cuda \
+          --kernel fp8_mma,mma16,triton,auto --prepare-only > "$OUT/tools_fuzz_${name}_prepare.log" 2>&1
+        echo "tools $name (fuzz prepare): rc=$? $(tail -n 1 "$OUT/tools_fuzz_${name}_prepare.log" | cut -c1-120)"
         while read -r id; do  # (ids hold brackets: no word splitting and globbing)
           [ -n "$id" ] || continue
           i=$((i + 1))
-          in_tree "$name" timeout 900 python3 -m pytest -q -m gpu "$id" -rs -p no:cacheprovider \
+          # -s: the run's own timing lines reach the log, so a cut call shows where it was
+          in_tree "$name" timeout 900 python3 -m pytest -q -s -m gpu "$id" -rs -p no:cacheprovider \
             > "$OUT/tools_fuzz_${name}_$i.log" 2>&1 &
           fuzz_pids+=($!)
         done <<< "$ids"

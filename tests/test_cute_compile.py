@@ -699,6 +699,23 @@ def test_corrupt_entry_is_quarantined(tmp_path, monkeypatch):
     assert entry.with_suffix(".so.bad").exists() and entry.exists()
 
 
+def test_is_stored_sees_an_entry_without_loading_it(tmp_path, monkeypatch):
+    # the fuzz's precompile skips its pool for kernels this finds (a later load is ~0.1 s)
+    if not HAS_DSL:
+        pytest.skip("nvidia-cutlass-dsl not installed")
+    from fa512.backends import compile_cache
+
+    monkeypatch.setenv("FA512_CACHE_DIR", str(tmp_path))
+    spec = compile_cache.KernelSpec("combine", "bf16")
+    assert not compile_cache.is_stored(spec, "sm_90a")
+    entry = compile_cache._entry_dir("sm_90a") / f"{spec.symbol()}.o"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(b"")
+    assert compile_cache.is_stored(spec, "sm_90a") and not compile_cache.is_stored(spec, "sm_100a")
+    monkeypatch.setenv("FA512_NO_DISK_CACHE", "1")  # get_kernel would compile it: not stored
+    assert not compile_cache.is_stored(spec, "sm_90a")
+
+
 # ---------------------------------------------------------------------------------------
 # GPU: the kernel against the reference
 # ---------------------------------------------------------------------------------------

@@ -159,6 +159,18 @@ def test_refusals_are_counted_not_failed(monkeypatch, capsys, tmp_path):
     assert len(fail_lines(capsys.readouterr().out)) == 3
 
 
+def test_prepare_only_runs_no_case(monkeypatch, capsys):
+    # the compile step of several runs of the same cases, done once: it stops before the cases
+    def must_not_run(**_):
+        raise AssertionError("--prepare-only ran a case")
+
+    monkeypatch.setattr(fa512, "attention", must_not_run)
+    monkeypatch.setattr(fa512, "attention_ref", must_not_run)
+    assert run(["--kernel", "reference", "--cases", "3", "--device", "cpu", "--prepare-only"]) == 0
+    out = capsys.readouterr().out
+    assert "prepared 3 cases of reference" in out and "fuzz: seed" not in out
+
+
 def test_same_seed_same_cases(capsys):
     first = [dataclasses.asdict(fuzz_cases.make_spec(3, i)) for i in range(40)]
     assert first == [dataclasses.asdict(fuzz_cases.make_spec(3, i)) for i in range(40)]

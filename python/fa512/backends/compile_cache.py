@@ -400,6 +400,14 @@ def get_kernel(spec: KernelSpec, target_arch: Optional[str] = None) -> Callable:
     return fn
 
 
+def is_stored(spec: KernelSpec, target_arch: Optional[str] = None) -> bool:
+    """Whether the disk cache holds ``spec``'s entry for ``target_arch`` (a load, not a compile)."""
+    if os.environ.get("FA512_NO_DISK_CACHE", "0") not in ("", "0"):
+        return False  # `_load_or_build` would compile it
+    directory = _entry_dir(target_arch or arch())
+    return any((directory / f"{spec.symbol()}{suffix}").exists() for suffix in (".so", ".o"))
+
+
 def _load_or_build(spec: KernelSpec, target_arch: str) -> Callable:
     if os.environ.get("FA512_NO_DISK_CACHE", "0") not in ("", "0"):
         return compile_spec(spec, target_arch).compiled

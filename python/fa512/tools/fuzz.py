@@ -327,16 +327,22 @@ def precompile(specs: list, kernels: list, target, jobs: int) -> dict:
         if p.kernel in SM90_KERNELS:
             wanted.update((ks.key(), ks) for ks in kernel_specs(p.config, p.num_splits, fused=p.combine == "fused")
                           if ks is not None)
+    stored = [key for key, ks in wanted.items() if compile_cache.is_stored(ks)]
+    for key in stored:  # the cases load these (~0.1 s each): no pool for them
+        del wanted[key]
     if not wanted:
-        return {}
+        if stored:
+            print(f"fuzz: all {len(stored)} SM90 kernels are in the disk cache", file=sys.stderr, flush=True)
+        return dict.fromkeys(stored)
     t0 = time.perf_counter()
-    print(f"fuzz: compiling or loading {len(wanted)} SM90 kernels in {jobs} processes ...", file=sys.stderr, flush=True)
+    print(f"fuzz: compiling {len(wanted)} SM90 kernels in {jobs} processes ({len(stored)} in the disk cache) ...",
+          file=sys.stderr, flush=True)
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = list(pool.map(_compile_worker, wanted.values()))
     bad = [r for r in results if r[2]]
     print(f"fuzz: {len(results)} kernels ready in {time.perf_counter() - t0:.1f} s"
           + (f"; {len(bad)} failed to compile (their cases will fail)" if bad else ""), file=sys.stderr, flush=True)
-    return {key: err for key, _, err in results}
+    return {**dict.fromkeys(stored), **{key: err for key, _, err in results}}
 
 
 def _triton_warm_worker(job: tuple) -> int:
@@ -434,6 +440,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes compiling first the planned SM90 kernels and the cases' Triton specialisations "
                         "(default: one per core; 1: compile lazily, in order)")
     p.add_argument("--dry-run", action="store_true", help="print the cases' descriptions only")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="compile the cases' kernels into the disk caches (SM90 and Triton) and stop: one pool for "
+                        "several later runs of the same cases, e.g. one per kernel side by side")
     p.add_argument("--verbose", "-v", action="store_true", help="one line per (case, kernel)")
 
 
@@ -474,6 +483,12 @@ def main(args: argparse.Namespace) -> int:
         precompile(specs, kernels, target_of(device), args.jobs or os.cpu_count() or 1)
     if device.type == "cuda" and args.jobs != 1 and "triton" in kernels and len(indices) > 1:
         warm_triton(args.seed, specs, args.variants, target_of(device), args.jobs or os.cpu_count() or 1)
+    if args.prepare_only:
+        # The later runs' own precompile then only loads (~0.1 s a kernel); four runs side by
+        # side that each compiled with a pool per core thrashed 16 cores for >590 s (H100,
+        # 2026-12-07) where one run of the four kernels took 482 s.
+        print(f"fuzz: prepared {len(specs)} cases of {', '.join(kernels)} on {device}", flush=True)
+        return 0
 
     stats = {k: dict(cases=0, seconds=0.0, worst={}, reasons={}, **dict.fromkeys(("pass", "refused", "skipped", "fail"), 0))
              for k in kernels}
