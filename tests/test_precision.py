@@ -48,6 +48,34 @@ def test_auto_precision_is_fast_until_an_accurate_variant_measures_free():
         assert fa512.plan(q, k, v, **kw, target="sm_90:132", precision="fast").config == p.config
 
 
+@pytest.fixture
+def every_shape_measured_free(monkeypatch):
+    """`ACCURATE_IS_FREE` as if an A/B had found the accurate mode free for every shape."""
+    from fa512.planning import dispatch, precision
+
+    monkeypatch.setattr(precision, "ACCURATE_IS_FREE", (lambda problem: True,))
+    dispatch.make_plan.cache_clear()  # plans are memoised on their arguments, not on the table
+    yield
+    dispatch.make_plan.cache_clear()
+
+
+@needs_dsl
+def test_auto_takes_accurate_only_where_fp8_mma_has_the_variant(every_shape_measured_free):
+    q, k, v, kw = _fp8_problem(1)
+    p = fa512.plan(q, k, v, **kw, target="sm_90:132")
+    acc = fa512.plan(q, k, v, **kw, target="sm_90:132", precision="accurate")
+    assert p.kernel == "fp8_mma" and p.precision == "accurate" and p.config == acc.config and p.config.two_term
+    assert "precision auto -> accurate: measured free" in p.reason
+    # prefill tiles and page size 32 have no two-term variant: auto stays on fast fp8_mma, a
+    # named fp8_mma too (precision="accurate" would pass over it or refuse it)
+    for seqlen_q, page_size in ((512, 64), (1, 32)):
+        q, k, v, kw = _fp8_problem(seqlen_q, page_size)
+        for kernel in ("auto", "fp8_mma"):
+            p = fa512.plan(q, k, v, **kw, target="sm_90:132", kernel=kernel)
+            assert p.kernel == "fp8_mma" and p.precision == "fast" and not p.config.two_term, (seqlen_q, kernel)
+            assert "precision auto -> fast: no accurate fp8_mma variant here (precision='accurate' is built" in p.reason
+
+
 @needs_dsl
 @pytest.mark.parametrize("seqlen_q, page_size, kernel", [(512, 64, "mma16"), (9, 64, "mma16"), (2, 64, "triton"),
                                                          (8, 64, "triton"), (1, 32, "triton")])

@@ -17,10 +17,40 @@ ROOT = Path(__file__).resolve().parents[1]
 PATCHES = sorted((ROOT / "profiles" / "wip").glob("*.patch"))
 
 
+def applies_after(text: str) -> list:
+    """The patches a patch is written on top of, in order: its header's ``Applies after: a b``
+    line (before the first ``diff --git``); none for a patch of this tree itself."""
+    header = text.split("\ndiff --git ", 1)[0]
+    m = re.search(r"^Applies after:(.*)$", header, re.M)
+    return m.group(1).split() if m else []
+
+
+def test_applies_after_reads_the_header_only():
+    assert applies_after("x (issue 1)\nApplies after: a b\ndiff --git a/f b/f\n") == ["a", "b"]
+    assert applies_after("x\ndiff --git a/f b/f\n+Applies after: c\n") == []
+
+
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout")
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.stem)
-def test_wip_patch_applies(patch):
-    res = subprocess.run(["git", "apply", "--check", str(patch)], cwd=ROOT, capture_output=True, text=True)
+def test_wip_patch_applies(patch, tmp_path):
+    # A stacked patch (`applies_after`) is checked on a copy of the tracked tree with the
+    # patches under it applied, as profiles/wip_trees.sh build_set applies them on the GPU.
+    below = applies_after(patch.read_text())
+    cwd = ROOT
+    if below:
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        for rel in filter(None, files.decode().split("\0")):
+            src = ROOT / rel
+            if src.is_file():
+                (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, tmp_path / rel)
+        for name in below:
+            under = ROOT / "profiles" / "wip" / f"{name}.patch"
+            assert under in PATCHES, f"{patch.name} applies after {name}, which is not in profiles/wip"
+            res = subprocess.run(["git", "apply", str(under)], cwd=tmp_path, capture_output=True, text=True)
+            assert res.returncode == 0, f"{under.name} (under {patch.name}) does not apply\n{res.stderr}"
+        cwd = tmp_path
+    res = subprocess.run(["git", "apply", "--check", str(patch)], cwd=cwd, capture_output=True, text=True)
     assert res.returncode == 0, f"{patch.name} no longer applies: rebase it on this tree\n{res.stderr}"
 
 

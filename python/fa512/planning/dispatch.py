@@ -173,6 +173,11 @@ def make_plan(problem: Problem, target: Target, kernel: str = "auto", num_splits
     ``precision`` ("auto" | "fast" | "accurate") is resolved first (`fa512.planning.precision`);
     the plan's problem carries the result, which the backends' configs and refusals read."""
     numerics, precision_reason = resolve_precision(precision, problem)
+    if precision == "auto" and numerics == "accurate":
+        # a shape measured free takes the accurate mode only where fp8_mma has its variant
+        why_not = _refusal("fp8_mma", dataclasses.replace(problem, precision="accurate"), target)
+        if why_not is not None:
+            numerics, precision_reason = "fast", f"precision auto -> fast: no accurate fp8_mma variant here ({why_not})"
     if numerics != problem.precision:
         problem = dataclasses.replace(problem, precision=numerics)
     route = _route_for(target, problem)

@@ -40,9 +40,9 @@ def check_precision(precision: object) -> None:
 def resolve(precision: str, problem: Problem) -> tuple[str, str]:
     """("fast" | "accurate", why) for a call's ``precision`` ("auto" | "fast" | "accurate").
 
-    Resolving "auto" from the problem alone holds while `ACCURATE_IS_FREE` is empty; once it
-    lists a shape, the decision has to see the fp8_mma variant that would run (a shape class
-    whose accurate variant does not exist must stay fast, for a named kernel too)."""
+    "auto" gives "accurate" for a problem in a shape class of `ACCURATE_IS_FREE`; the plan
+    (`fa512.planning.dispatch.make_plan`) then keeps it only where fp8_mma has an accurate
+    variant for the call, and resolves to "fast" otherwise, for a named kernel too."""
     check_precision(precision)  # `make_plan` called directly; `validate.check` has checked the API's
     if precision != "auto":
         return precision, f"precision={precision!r} requested"
