@@ -400,21 +400,28 @@ def get_kernel(spec: KernelSpec, target_arch: Optional[str] = None) -> Callable:
     return fn
 
 
+ENTRY_SUFFIXES = (".so", ".o")  # a stored entry's files, in the order `_load_or_build` tries them
+
+
+def _disk_cache_off() -> bool:
+    return os.environ.get("FA512_NO_DISK_CACHE", "0") not in ("", "0")
+
+
 def is_stored(spec: KernelSpec, target_arch: Optional[str] = None) -> bool:
     """Whether the disk cache holds ``spec``'s entry for ``target_arch`` (a load, not a compile)."""
-    if os.environ.get("FA512_NO_DISK_CACHE", "0") not in ("", "0"):
+    if _disk_cache_off():
         return False  # `_load_or_build` would compile it
     directory = _entry_dir(target_arch or arch())
-    return any((directory / f"{spec.symbol()}{suffix}").exists() for suffix in (".so", ".o"))
+    return any((directory / f"{spec.symbol()}{suffix}").exists() for suffix in ENTRY_SUFFIXES)
 
 
 def _load_or_build(spec: KernelSpec, target_arch: str) -> Callable:
-    if os.environ.get("FA512_NO_DISK_CACHE", "0") not in ("", "0"):
+    if _disk_cache_off():
         return compile_spec(spec, target_arch).compiled
     directory = _entry_dir(target_arch)
     name = spec.symbol()
     with _file_lock(directory / f"{name}.lock"):
-        for suffix in (".so", ".o"):
+        for suffix in ENTRY_SUFFIXES:
             path = directory / f"{name}{suffix}"
             if path.exists():
                 try:
