@@ -13,6 +13,7 @@ from fa512.numerics.emulation import (
     E4M3_MAX,
     GMMA_FP8_BITS,
     accurate_design,
+    accurate_qk16_design,
     emulate_attention,
     make_design,
     quantize_q_rows,
@@ -341,6 +342,25 @@ def test_accurate_mode_on_the_h200_accumulation_chains_both_terms():
     fast_hw, accurate_hw, accurate_exact = errors(
         case, [make_design("fa512_fp8", acc_bits=GMMA_FP8_BITS), accurate_design(acc_bits=GMMA_FP8_BITS), accurate_design()])
     assert accurate_exact < accurate_hw < 0.1 * fast_hw
+
+
+def test_a_16_bit_qk_takes_the_lse_error_out_of_the_accurate_prefill():
+    # At the H200's 13-bit FP8 accumulation, two-term Q on FP8 QK^T leaves lse errors of
+    # 1e-2..4e-2 (16 k-steps per accumulator); QK^T on the 16-bit MMA (K's e4m3 values exact in
+    # fp16) brings the lse to the dequant control's, leaving two-term P.V's small output error
+    # (2026-12-07, 512 keys x 32 rows: lse 1.8e-6 against 2.5e-2, rel L2 3.4e-4 against 3.0e-3).
+    case = make_case("gaussian", heads="E2B", mode="chunked", batch=1, seqlen_k=512, q_len=32, causal=True,
+                     logit_std=3.0, seed=3)
+    ref, ref_lse = attention_ref(case.q, case.k, case.v, **case.kwargs())
+    design = accurate_qk16_design(acc_bits=GMMA_FP8_BITS)
+    assert design.label == "fa512_fp8+2p[qk16]/sumP32/acc13"
+    results = {}
+    for name, d in (("qk16", design), ("fp8_qk", accurate_design(acc_bits=GMMA_FP8_BITS)), ("dequant", "dequant")):
+        out, lse = emulate_attention(case.q, case.k, case.v, **case.kwargs(), design=d, out_dtype=F32)
+        results[name] = (rel(out, ref), float((lse.double() - ref_lse.double()).abs().max()))
+    assert results["qk16"][1] < 1e-4 < 1e-3 < results["fp8_qk"][1]
+    assert results["qk16"][0] < 0.5 * results["fp8_qk"][0]
+    assert results["qk16"][0] < 6 * results["dequant"][0]
 
 
 def test_reduced_precision_accumulation_model():

@@ -23,7 +23,7 @@ Designs (`make_design`):
     exp2(m_old - m_new) in fp32. The accurate mode (`accurate_design`) adds two-term operands:
     ``two_term_q``, Q ~ Q_hi + Q_lo (both e4m3, same scale, two products into the same S), and
     ``two_term_p``, P ~ P_hi + P_lo (P_lo = e4m3(P - P_hi), two products into the same P.V
-    accumulator, and the row sums add P_hi + P_lo).
+    accumulator; the row sums add the fp32 P).
 ``anchor_fp8`` (the vLLM fork's FP8 design)
     Q quantised to e4m3 with one per-tensor scale taken from q_descale: the framework sends
     q_true / q_descale, which in this op's contract (logits = (q.k) * q_descale * ...) is q
@@ -183,7 +183,9 @@ class Design:
             text += "+2p"
         if self.name != "fa512_fp8" and self.q_scale_pow2:
             text += "+p2"
-        if self.name == "fa512_fp8" and not (self.q_scale_pow2 and self.q_groups == 2):
+        if self.name == "fa512_fp8" and self.q_mode == "mma16":
+            text += "[qk16]"
+        elif self.name == "fa512_fp8" and not (self.q_scale_pow2 and self.q_groups == 2):
             text += f"/q{'p2' if self.q_scale_pow2 else 'amax'}x{self.q_groups}"
         if self.sum_rounded_p != (self.name == "fa512_fp8"):
             text += "/sum" + ("P8" if self.sum_rounded_p else "P32")
@@ -224,6 +226,13 @@ def make_design(
     return dataclasses.replace(
         base, block_n=block_n, two_term_q=two_term_q, two_term_p=two_term_p, acc_bits=acc_bits, pv_promote=pv_promote
     )
+
+
+def accurate_qk16_design(**kw) -> Design:
+    """A candidate accurate prefill (issue 24, no kernel yet): QK^T on the 16-bit MMA, exact in fp32,
+    two-term P on FP8 P.V (``acc_bits`` models P.V only), fp32 row sums (docs/sm90_kernel.md)."""
+    design = make_design("fa512_fp8", two_term_p=True, **kw)
+    return dataclasses.replace(design, q_mode="mma16", q_scale_pow2=False, q_groups=1, sum_rounded_p=False)
 
 
 def accurate_design(**kw) -> Design:
@@ -557,8 +566,8 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         if acc_bits is not None and q_groups is not None:
             s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits, design.qk_promote,
                         design.qk_rows)
-        else:
-            s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, acc_bits)
+        else:  # a 16-bit Q (`accurate_qk16_design`) accumulates QK^T in fp32 whatever P.V does
+            s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, None if design.q_mode == "mma16" else acc_bits)
         t = (s * scale_log2).masked_fill(~visible, -math.inf)
         m_new = torch.maximum(m, t.amax(dim=-1, keepdim=True))
         # A row with no visible key so far uses offset 0 (no -inf - -inf = NaN).
@@ -780,21 +789,7 @@ def emulate_attention(
 
 
 __all__ = [
-    "DESIGN_NAMES",
-    "accurate_design",
-    "split_e4m3",
-    "Design",
-    "E4M3_MAX",
-    "P_OFFSET_LOG2",
-    "emulate_attention",
-    "emulate_forward",
-    "gmma_fp8",
-    "GMMA_FP8_BITS",
-    "fp8_mma_design",
-    "anchor_on_h200_design",
-    "make_design",
-    "pow2_scale_exponent",
-    "quantize_q_rows",
-    "round_e4m3",
-    "to_e4m3",
+    "DESIGN_NAMES", "accurate_design", "accurate_qk16_design", "split_e4m3", "Design", "E4M3_MAX",
+    "P_OFFSET_LOG2", "emulate_attention", "emulate_forward", "gmma_fp8", "GMMA_FP8_BITS", "fp8_mma_design",
+    "anchor_on_h200_design", "make_design", "pow2_scale_exponent", "quantize_q_rows", "round_e4m3", "to_e4m3",
 ]
