@@ -549,6 +549,7 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
     hkv, rows, d = q_op.shape
     device = q_op.device
     acc_bits = design.acc_bits if design.uses_fp8_mma else None
+    qk_bits = None if design.q_mode == "mma16" else acc_bits  # a 16-bit QK^T accumulates in fp32
     n_states = 2 if design.wg_blocks else 1
     states = [(torch.full((hkv, rows, 1), -math.inf, dtype=torch.float32, device=device),
                torch.zeros((hkv, rows, 1), dtype=torch.float32, device=device),
@@ -566,8 +567,8 @@ def _attend_range_sequential(q_op, k_op, v_op, scale_log2, v_scale, visible_fn, 
         if acc_bits is not None and q_groups is not None:
             s = _qk_fp8(q_groups, k_op[:, j0c:j1].transpose(-1, -2), design.q_groups, acc_bits, design.qk_promote,
                         design.qk_rows)
-        else:  # a 16-bit Q (`accurate_qk16_design`) accumulates QK^T in fp32 whatever P.V does
-            s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, None if design.q_mode == "mma16" else acc_bits)
+        else:
+            s = _mma(q_op, k_op[:, j0c:j1].transpose(-1, -2), None, qk_bits)
         t = (s * scale_log2).masked_fill(~visible, -math.inf)
         m_new = torch.maximum(m, t.amax(dim=-1, keepdim=True))
         # A row with no visible key so far uses offset 0 (no -inf - -inf = NaN).
