@@ -11,6 +11,7 @@
 # breakdown also UNIT:KERNEL:FIELDS, split_breakdown.py --config FIELDS, e.g.
 # sweep:mma16-bf16:tile_n=32,kv_stages=2; SWEEP_PRECISION=accurate times fp8_mma's accurate mode):
 #   kernels   the GPU suite's kernel half in final (wip_trees.sh kernels)
+#   pytest    GPU tests in final: PYTEST_FILES (default tests/test_native.py), PYTEST_K (a -k expression)
 #   many      tests/test_many_splits.py in final (62 s on an H100)
 #   ab        latency A/B, final against main: ab_trees.sh, rounds AB_ROUNDS (new base base new)
 #   sweep     split_breakdown --sweep SWEEP_SPLITS in final and in main, the SWEEP_CASES, SWEEP_KERNEL
@@ -59,6 +60,8 @@ for unit in "$@"; do
   tag=$kern${cfg:+_$(echo "$cfg" | tr ',=' '-_')}${SWEEP_PRECISION:+_$SWEEP_PRECISION}
   case ${unit%%:*} in
     kernels) trees kernels final ;;
+    pytest) in_final timeout 240 python3 -m pytest -q -m gpu ${PYTEST_FILES:-tests/test_native.py} ${PYTEST_K:+-k "$PYTEST_K"} \
+              -rs -p no:cacheprovider > "$KD/pytest_final.log" 2>&1 ;;
     many) in_final timeout 200 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs \
             -p no:cacheprovider > "$KD/many_final.log" 2>&1 ;;
     ab) K=${K:-fp8_mma,mma16[bf16kv]} FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh /root/wip_final . \
