@@ -51,6 +51,9 @@ fi
 [ "${FILL:-1}" = 1 ] && { trees fill final; log filled; }
 [ -n "${fill2:-}" ] && { wait "$fill2"; log "filled final2 (fused): rc=$? $(tail -n 1 "$KD/fill_final2.log" | cut -c1-100)"; }
 in_final() { ( cd /root/wip_final && FA512_CACHE_DIR=$(cache_of .) "$@" ); }
+# gpu_tests NAME SECONDS PYTEST_ARGS...: GPU-marked tests in final, logged to $KD/NAME_final.log
+gpu_tests() { local name=$1 secs=$2; shift 2
+  in_final timeout "$secs" python3 -m pytest -q -m gpu "$@" -rs -p no:cacheprovider > "$KD/${name}_final.log" 2>&1; }
 cases=${SWEEP_CASES:-MTP q=4 B=1,decode B=8}
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for unit in "$@"; do
@@ -60,10 +63,8 @@ for unit in "$@"; do
   tag=$kern${cfg:+_$(echo "$cfg" | tr ',=' '-_')}${SWEEP_PRECISION:+_$SWEEP_PRECISION}
   case ${unit%%:*} in
     kernels) trees kernels final ;;
-    pytest) in_final timeout 240 python3 -m pytest -q -m gpu ${PYTEST_FILES:-tests/test_native.py} ${PYTEST_K:+-k "$PYTEST_K"} \
-              -rs -p no:cacheprovider > "$KD/pytest_final.log" 2>&1 ;;
-    many) in_final timeout 200 python3 -m pytest -q -m gpu tests/test_many_splits.py -rs \
-            -p no:cacheprovider > "$KD/many_final.log" 2>&1 ;;
+    pytest) gpu_tests pytest 240 ${PYTEST_FILES:-tests/test_native.py} ${PYTEST_K:+-k "$PYTEST_K"} ;;
+    many) gpu_tests many 200 tests/test_many_splits.py ;;
     ab) K=${K:-fp8_mma,mma16[bf16kv]} FILL=0 OUT=$KD/ab bash profiles/ab_trees.sh /root/wip_final . \
           ${AB_ROUNDS:-new base base new} >> "$P" 2>&1 ;;
     sweep|breakdown|sweep2)
